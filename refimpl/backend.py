@@ -1,0 +1,188 @@
+"""The array-module switch: NumPy on the CPU, CuPy on the GPU, one code base.
+
+Math code never imports ``numpy`` directly; it asks for the array module ``xp``
+of the arrays it was handed (:func:`get_array_module`) or of the selected
+backend (:func:`array_module`) and calls ``xp.exp``, ``xp.take``, ...
+
+Backends
+--------
+``"numpy"``
+    The default. Segment reductions use ``scipy.sparse`` (measured fastest on
+    the CPU, see ``scripts/bench_segment.py``).
+``"cupy"``
+    CuPy arrays on a CUDA device (``pip install -e ".[gpu]"``).
+``"strict"``
+    A test-only stand-in for a device library (:mod:`refimpl.testing.strict`):
+    NumPy underneath, but its arrays refuse silent conversion to NumPy, so a
+    stray ``np.`` call in the math raises instead of running on the host. It
+    exercises the same generic code path CuPy takes, on a machine without a GPU.
+
+Selecting a backend
+-------------------
+Globally with :func:`set_backend` (or the ``REFIMPL_BACKEND`` environment
+variable at import), for a block of code with ``with use_backend("cupy"):``,
+and per call: functions that create arrays (``init_params``, the data
+generators) take ``backend=``; functions that receive arrays (every
+``forward``/``backward``) run on the backend of their inputs.
+
+The graph aggregation primitives (``segment_sum``, ``segment_max``,
+``segment_softmax``, ``gather``, ``scatter_add``) are defined in
+:mod:`refimpl.ops.segment` and re-exported here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "BACKENDS",
+    "array_module",
+    "asarray",
+    "backend_name",
+    "get_array_module",
+    "get_backend",
+    "is_array",
+    "set_backend",
+    "to_numpy",
+    "use_backend",
+]
+
+
+@dataclass(frozen=True)
+class _BackendSpec:
+    name: str
+    module_path: str  # imported lazily: CuPy is optional
+    install_hint: str
+
+
+_SPECS = {
+    "numpy": _BackendSpec("numpy", "numpy", "NumPy is a core dependency"),
+    "cupy": _BackendSpec(
+        "cupy", "cupy", 'install CuPy with pip install -e ".[gpu]" on a machine with a CUDA GPU'
+    ),
+    "strict": _BackendSpec("strict", "refimpl.testing.strict", "part of refimpl"),
+}
+BACKENDS: tuple[str, ...] = tuple(_SPECS)
+
+
+def _check_name(name: str) -> str:
+    if name not in _SPECS:
+        raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    return name
+
+
+_current: str = _check_name(os.environ.get("REFIMPL_BACKEND", "numpy"))
+
+
+def _load(name: str) -> ModuleType:
+    spec = _SPECS[_check_name(name)]
+    try:
+        return importlib.import_module(spec.module_path)
+    except ImportError as err:
+        raise ImportError(f"backend {name!r} is not available: {spec.install_hint}") from err
+
+
+def set_backend(name: str) -> None:
+    """Select the global backend (``"numpy"``, ``"cupy"`` or ``"strict"``)."""
+    global _current
+    _load(name)  # fail now, not at the first array creation
+    _current = name
+
+
+def get_backend() -> str:
+    """Name of the global backend."""
+    return _current
+
+
+@contextlib.contextmanager
+def use_backend(name: str) -> Iterator[ModuleType]:
+    """Select a backend for the duration of a ``with`` block; yields its module."""
+    previous = _current
+    set_backend(name)
+    try:
+        yield _load(name)
+    finally:
+        set_backend(previous)
+
+
+def array_module(backend: str | None = None) -> ModuleType:
+    """The array module of ``backend`` (the global backend when ``None``)."""
+    return _load(_current if backend is None else backend)
+
+
+def backend_name(xp: ModuleType) -> str:
+    """Inverse of :func:`array_module`: ``"numpy"``, ``"cupy"`` or ``"strict"``."""
+    for name, spec in _SPECS.items():
+        if xp.__name__ == spec.module_path:
+            return name
+    raise ValueError(f"{xp.__name__!r} is not a refimpl backend module")
+
+
+def _owner(array: Any) -> str | None:
+    """Backend that owns ``array``, or ``None`` when it is not an array."""
+    if isinstance(array, np.ndarray):
+        return "numpy"
+    owner = getattr(type(array), "__refimpl_backend__", None)  # the strict stand-in
+    if owner is not None:
+        return owner
+    if type(array).__module__.split(".")[0] == "cupy" and hasattr(array, "__cuda_array_interface__"):
+        return "cupy"
+    return None
+
+
+def is_array(array: Any) -> bool:
+    """True for an array of any backend (``numpy.ndarray``, ``cupy.ndarray``, strict)."""
+    return _owner(array) is not None
+
+
+def get_array_module(*arrays: Any) -> ModuleType:
+    """The array module the given arrays live in.
+
+    Non-arrays (Python scalars, ``None``) are ignored; with no array at all the
+    global backend's module is returned. Arrays of two different backends are an
+    error: nothing is moved between host and device behind the caller's back.
+    """
+    owners = {owner for owner in map(_owner, arrays) if owner is not None}
+    if len(owners) > 1:
+        raise TypeError(
+            f"arrays from different backends were mixed ({', '.join(sorted(owners))}); "
+            "move them to one backend first with refimpl.backend.asarray(a, backend=...)"
+        )
+    return _load(owners.pop() if owners else _current)
+
+
+def asarray(array: Any, backend: str | None = None, dtype: Any = None) -> Any:
+    """Copy or view ``array`` as an array of ``backend`` (explicit host/device move)."""
+    source = _owner(array)
+    target = _current if backend is None else _check_name(backend)
+    if source is not None and source != target and source != "numpy":
+        array = to_numpy(array)  # device -> host first; every backend accepts NumPy input
+    return _load(target).asarray(array, dtype=dtype)
+
+
+def to_numpy(array: Any) -> np.ndarray:
+    """A NumPy copy (or view) of an array of any backend."""
+    owner = _owner(array)
+    if owner is None or owner == "numpy":
+        return np.asarray(array)
+    return _load(owner).asnumpy(array)
+
+
+_SEGMENT_EXPORTS = ("Segments", "gather", "scatter_add", "segment_max", "segment_softmax",
+                    "segment_sum")
+
+
+def __getattr__(name: str) -> Callable[..., Any]:
+    # The primitives live in refimpl.ops.segment (which imports this module), so
+    # they are re-exported lazily to keep the import graph acyclic.
+    if name in _SEGMENT_EXPORTS:
+        return getattr(importlib.import_module("refimpl.ops.segment"), name)
+    raise AttributeError(f"module 'refimpl.backend' has no attribute {name!r}")

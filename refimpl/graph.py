@@ -1,0 +1,215 @@
+"""``Graph``: a validated ``edge_index`` in PyTorch Geometric's convention.
+
+Row 0 of ``edge_index`` holds the source ``u`` (``src``), row 1 the target
+``v`` (``dst``); a message flows ``u -> v`` and the neighbourhood of ``v`` is
+``N(v) = {u : (u, v) in E}``, its *incoming* edges. Duplicate edges are kept
+(each is its own term of every sum), as in PyG.
+
+A ``Graph`` is immutable. Operations (``add_self_loops``, ...) return a new one;
+derived structures (segments for aggregation, the copies on another backend)
+are computed on first use and cached.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from refimpl.backend import backend_name, get_array_module, is_array, to_numpy
+from refimpl.ops.segment import Segments
+
+__all__ = ["Graph"]
+
+_DENSE_LIMIT = 10_000  # to_dense_adjacency refuses more nodes (10^8 entries)
+
+
+class Graph:
+    """A directed multigraph on ``num_nodes`` nodes, edges as a ``(2, E)`` integer array.
+
+    Parameters
+    ----------
+    edge_index : integer array (2, E)
+        ``edge_index[0]`` sources, ``edge_index[1]`` targets, each in
+        ``[0, num_nodes)``. A NumPy or CuPy array (or a nested list of ints).
+    num_nodes : int
+        ``N >= 1``; nodes without edges are allowed (isolated nodes).
+
+    Raises
+    ------
+    TypeError
+        ``edge_index`` is not integer (a float array, say) or ``num_nodes`` is
+        not an int.
+    ValueError
+        Wrong shape, an index out of range or negative, or ``num_nodes < 1``.
+    """
+
+    def __init__(self, edge_index: Any, num_nodes: int) -> None:
+        if isinstance(num_nodes, bool) or not isinstance(num_nodes, (int, np.integer)):
+            raise TypeError(f"num_nodes must be an int, got {type(num_nodes).__name__}")
+        num_nodes = int(num_nodes)
+        if num_nodes < 1:
+            raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
+        if not is_array(edge_index):
+            edge_index = np.asarray(edge_index)
+            if edge_index.size == 0:  # [] or [[], []]: no edges
+                edge_index = edge_index.reshape(2, 0).astype(np.int64)
+        xp = get_array_module(edge_index)
+        if edge_index.ndim != 2 or edge_index.shape[0] != 2:
+            raise ValueError(
+                f"edge_index must have shape (2, E) (row 0 sources, row 1 targets), got "
+                f"{tuple(edge_index.shape)}; transpose an (E, 2) edge list with edge_index.T"
+            )
+        if edge_index.dtype.kind not in "iu":
+            raise TypeError(
+                f"edge_index must be an integer array, got dtype {edge_index.dtype}; "
+                "convert with edge_index.astype(int) after checking the values are whole"
+            )
+        if edge_index.shape[1]:
+            low, high = int(edge_index.min()), int(edge_index.max())
+            if low < 0:
+                raise ValueError(
+                    f"edge_index contains a negative node index ({low}); "
+                    f"node indices must lie in [0, num_nodes) = [0, {num_nodes})"
+                )
+            if high >= num_nodes:
+                raise ValueError(
+                    f"edge_index contains node index {high}, out of range for num_nodes="
+                    f"{num_nodes}; indices must lie in [0, {num_nodes})"
+                )
+        self._edge_index = xp.ascontiguousarray(edge_index.astype(xp.int64, copy=False))
+        self._num_nodes = num_nodes
+        self._cache: dict[Any, Any] = {}
+
+    # -- basic views ---------------------------------------------------------------
+    @property
+    def edge_index(self) -> Any:
+        """``(2, E)`` int64 array, on the backend the graph was built with."""
+        return self._edge_index
+
+    @property
+    def num_nodes(self) -> int:
+        return self._num_nodes
+
+    @property
+    def num_edges(self) -> int:
+        return int(self._edge_index.shape[1])
+
+    def __repr__(self) -> str:
+        return f"Graph(num_nodes={self.num_nodes}, num_edges={self.num_edges})"
+
+    def _cached(self, key: Any, build: Any) -> Any:
+        if key not in self._cache:
+            self._cache[key] = build()
+        return self._cache[key]
+
+    def edge_index_on(self, xp: Any) -> Any:
+        """``edge_index`` as an array of module ``xp`` (copied once, then cached)."""
+        own = get_array_module(self._edge_index)
+        if xp is own:
+            return self._edge_index
+        return self._cached(("edge_index", xp.__name__), lambda: xp.asarray(to_numpy(self._edge_index)))
+
+    def src_segments(self, xp: Any) -> Segments:
+        """Edges grouped by source node: for scattering to sources (``index = src``)."""
+        return self._cached(("src", xp.__name__), lambda: Segments(self.edge_index_on(xp)[0], self.num_nodes))
+
+    def dst_segments(self, xp: Any) -> Segments:
+        """Edges grouped by target node ``v``: the neighbourhoods ``N(v)`` (``index = dst``)."""
+        return self._cached(("dst", xp.__name__), lambda: Segments(self.edge_index_on(xp)[1], self.num_nodes))
+
+    # -- degrees ---------------------------------------------------------------------
+    def in_degree(self) -> Any:
+        """``|N(v)|`` per node, ``(N,)`` int: incoming edges, duplicates and self-loops counted."""
+        xp = get_array_module(self._edge_index)
+        return xp.bincount(self._edge_index[1], minlength=self.num_nodes)
+
+    def out_degree(self) -> Any:
+        """Outgoing edges per node, ``(N,)`` int."""
+        xp = get_array_module(self._edge_index)
+        return xp.bincount(self._edge_index[0], minlength=self.num_nodes)
+
+    # -- self-loops ----------------------------------------------------------------
+    def is_self_loop(self) -> Any:
+        """``(E,)`` bool: edges ``(v, v)``."""
+        return self._edge_index[0] == self._edge_index[1]
+
+    def remove_self_loops(self) -> Graph:
+        """A graph without the edges ``(v, v)`` (PyG ``remove_self_loops``)."""
+        return self._cached("no_loops", lambda: Graph(self._edge_index[:, ~self.is_self_loop()], self.num_nodes))
+
+    def add_self_loops(self) -> Graph:
+        """A graph with one edge ``(v, v)`` appended for every node (PyG ``add_self_loops``).
+
+        Existing self-loops are kept, so a node that had one gets two; the
+        attention layers call ``remove_self_loops().add_self_loops()`` first, as
+        PyG's ``GATConv`` does, so each node gets exactly one.
+        """
+
+        def build() -> Graph:
+            xp = get_array_module(self._edge_index)
+            loops = xp.broadcast_to(xp.arange(self.num_nodes, dtype=xp.int64), (2, self.num_nodes))
+            return Graph(xp.concatenate([self._edge_index, loops], axis=1), self.num_nodes)
+
+        return self._cached("with_loops", build)
+
+    # -- conversions ---------------------------------------------------------------
+    @classmethod
+    def from_networkx(cls, graph: Any) -> Graph:
+        """From a networkx graph with nodes ``0 .. N-1`` (relabel with
+        ``networkx.convert_node_labels_to_integers`` otherwise).
+
+        An undirected graph gives both directions of every edge; a directed one
+        gives its edges as they are; a multigraph keeps parallel edges.
+        """
+        nodes = list(graph.nodes)
+        if sorted(nodes) != list(range(len(nodes))):
+            raise ValueError(
+                "networkx graph nodes must be the integers 0..N-1; relabel with "
+                "networkx.convert_node_labels_to_integers(graph) first"
+            )
+        if len(nodes) == 0:
+            raise ValueError("the networkx graph has no nodes; a Graph needs num_nodes >= 1")
+        edges = np.array([(u, v) for u, v, *_ in graph.edges], dtype=np.int64).reshape(-1, 2)
+        if not graph.is_directed():
+            # Both directions of each edge; a self-loop is its own reverse, so once.
+            reverse = edges[edges[:, 0] != edges[:, 1], ::-1]
+            edges = np.concatenate([edges, reverse])
+        return cls(edges.T, len(nodes))
+
+    @classmethod
+    def from_scipy_sparse(cls, adjacency: Any) -> Graph:
+        """From a square sparse matrix ``A`` with ``A[u, v] != 0`` for an edge ``u -> v``.
+
+        Entries explicitly stored as zero are dropped; values are not kept (the
+        graph is unweighted).
+        """
+        import scipy.sparse as sp
+
+        if not sp.issparse(adjacency):
+            raise TypeError(f"expected a scipy.sparse matrix, got {type(adjacency).__name__}")
+        if adjacency.ndim != 2 or adjacency.shape[0] != adjacency.shape[1]:
+            raise ValueError(f"adjacency must be square, got shape {adjacency.shape}")
+        coo = sp.coo_matrix(adjacency)
+        keep = coo.data != 0
+        return cls(np.stack([coo.row[keep], coo.col[keep]]).astype(np.int64), coo.shape[0])
+
+    def to_dense_adjacency(self) -> Any:
+        """Dense ``(N, N)`` edge counts ``A[u, v] = #edges u -> v`` (small graphs only)."""
+        if self.num_nodes > _DENSE_LIMIT:
+            raise ValueError(
+                f"to_dense_adjacency is for small graphs (num_nodes <= {_DENSE_LIMIT}); "
+                f"this one has {self.num_nodes} nodes"
+            )
+        xp = get_array_module(self._edge_index)
+        counts = xp.zeros(self.num_nodes * self.num_nodes, dtype=xp.int64)
+        xp.add.at(counts, self._edge_index[0] * self.num_nodes + self._edge_index[1], 1)
+        return counts.reshape(self.num_nodes, self.num_nodes)
+
+    def to_backend(self, backend: str) -> Graph:
+        """The same graph with its arrays on another backend."""
+        from refimpl.backend import asarray
+
+        if backend_name(get_array_module(self._edge_index)) == backend:
+            return self
+        return Graph(asarray(self._edge_index, backend=backend), self.num_nodes)

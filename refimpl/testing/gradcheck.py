@@ -1,0 +1,211 @@
+"""Gradient checking: a hand-written backward against central finite differences in float64.
+
+Usable on any block that follows the layer protocol (``forward(params, *inputs,
+**kwargs) -> (out, cache)`` and ``backward(params, cache, d_out) -> (d_inputs,
+d_params)``), ours or a user's::
+
+    report = check_gradients(conv, params, (x, graph), rng=np.random.default_rng(0))
+    print(report.table())
+    assert report.max_rel_error <= 1e-6
+
+The scalar checked is ``L = <c, out>`` for a random cotangent ``c`` (never
+``sum(out)``: the sum of a softmax is constant, so its gradient is zero and
+proves nothing). For every checked entry ``w`` of every float input and
+parameter, ``(L(w + eps) - L(w - eps)) / (2 eps)`` is compared with the
+analytical ``<c, d out / d w>`` from ``backward``.
+
+Error measure, per tensor: ``max |analytic - numeric| / scale`` where
+``scale = max(max |analytic|, max |numeric|, 1e-4 * G)`` and ``G`` is the
+largest analytical gradient entry over all tensors. Central differences carry
+an absolute noise of about ``1e-16 |L| / eps`` (~1e-10 here), so a tensor whose
+gradient is exactly zero (a softmax over a single neighbour, say) cannot be
+judged relative to itself; it is judged on the scale of the largest gradient,
+four orders below it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from refimpl.backend import get_array_module, is_array, to_numpy
+
+__all__ = ["GradCheckReport", "TensorError", "check_gradients", "max_relative_error"]
+
+_SCALE_FLOOR = 1e-4  # fraction of the largest gradient below which a tensor is judged absolutely
+
+
+@dataclass(frozen=True)
+class TensorError:
+    """Finite-difference comparison for one tensor."""
+
+    name: str  # "input[0]", "param:W", ...
+    max_abs_error: float
+    max_rel_error: float
+    scale: float  # denominator of the relative error
+    num_checked: int  # entries compared
+    size: int  # entries in the tensor
+
+
+@dataclass
+class GradCheckReport:
+    """Per-tensor errors of one gradient check; ``max_rel_error`` is the verdict's number."""
+
+    errors: list[TensorError] = field(default_factory=list)
+    eps: float = 1e-6
+
+    @property
+    def max_rel_error(self) -> float:
+        return max((e.max_rel_error for e in self.errors), default=0.0)
+
+    def by_name(self) -> dict[str, TensorError]:
+        return {e.name: e for e in self.errors}
+
+    def table(self) -> str:
+        """A fixed-width table, one row per tensor."""
+        header = f"{'tensor':<16} {'checked':>11} {'max abs err':>12} {'max rel err':>12}"
+        rows = [header, "-" * len(header)]
+        for e in self.errors:
+            rows.append(
+                f"{e.name:<16} {f'{e.num_checked}/{e.size}':>11} "
+                f"{e.max_abs_error:>12.2e} {e.max_rel_error:>12.2e}"
+            )
+        return "\n".join(rows)
+
+
+def max_relative_error(actual: Any, expected: Any) -> float:
+    """``max |actual - expected| / max(max |expected|, tiny)``: a normwise relative error."""
+    a = to_numpy(actual).astype(np.float64)
+    b = to_numpy(expected).astype(np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"shapes differ: {a.shape} vs {b.shape}")
+    if a.size == 0:
+        return 0.0
+    scale = max(float(np.max(np.abs(b))), np.finfo(np.float64).tiny)
+    return float(np.max(np.abs(a - b))) / scale
+
+
+def _as_tuple(value: Any, count: int) -> tuple:
+    if count == 1 and not isinstance(value, tuple):
+        return (value,)
+    return tuple(value)
+
+
+def check_gradients(
+    block: Any,
+    params: dict[str, Any],
+    inputs: Sequence[Any],
+    *,
+    forward_kwargs: dict[str, Any] | None = None,
+    wrt_inputs: Sequence[int] | None = None,
+    cotangent: Any = None,
+    rng: np.random.Generator | None = None,
+    eps: float = 1e-6,
+    max_entries: int | None = 200,
+) -> GradCheckReport:
+    """Compare ``block.backward`` with central differences of ``block.forward``.
+
+    Parameters
+    ----------
+    block
+        Object with ``forward(params, *inputs, **forward_kwargs) -> (out, cache)``
+        and ``backward(params, cache, d_out) -> (d_inputs, d_params)``;
+        ``d_inputs`` is one array when one input is differentiable, else a tuple.
+    params : dict of float64 arrays
+        Parameters; every entry is checked (or ``max_entries`` of them).
+    inputs : sequence
+        Positional inputs. Float arrays are differentiable unless ``wrt_inputs``
+        names the differentiable positions; everything else (a ``Graph``, labels)
+        passes through unchanged.
+    forward_kwargs : dict, optional
+        Keyword arguments for ``forward`` (``training=True``, a fixed dropout
+        mask, ...). Anything random must be fixed here: the forward is called
+        many times and must be a deterministic function of the perturbed entry.
+    cotangent : array, optional
+        ``c`` in ``L = <c, out>``; drawn standard normal from ``rng`` if omitted.
+    rng : numpy.random.Generator, optional
+        For the cotangent and the entry subset (default ``default_rng(0)``).
+    eps : float
+        Central-difference step.
+    max_entries : int or None
+        Entries checked per tensor, drawn without replacement; ``None`` for all.
+
+    Returns
+    -------
+    GradCheckReport
+        One :class:`TensorError` per differentiable input (``input[i]``) and
+        parameter (``param:name``).
+    """
+    rng = np.random.default_rng(0) if rng is None else rng
+    forward_kwargs = {} if forward_kwargs is None else dict(forward_kwargs)
+    inputs = tuple(inputs)
+    if wrt_inputs is None:
+        wrt_inputs = [
+            i for i, value in enumerate(inputs) if is_array(value) and value.dtype.kind == "f"
+        ]
+    tensors = [(f"input[{i}]", inputs[i]) for i in wrt_inputs]
+    tensors += [(f"param:{name}", value) for name, value in params.items()]
+    for name, value in tensors:
+        if value.dtype != np.float64:
+            raise TypeError(
+                f"gradient checks need float64 ({name} is {value.dtype}): float32 central "
+                "differences are dominated by rounding"
+            )
+
+    out, cache = block.forward(params, *inputs, **forward_kwargs)
+    xp = get_array_module(out)
+    if cotangent is None:
+        cotangent = xp.asarray(rng.standard_normal(out.shape))
+
+    d_inputs, d_params = block.backward(params, cache, cotangent)
+    d_inputs = _as_tuple(d_inputs, len(wrt_inputs))
+    analytic = [to_numpy(d) for d in d_inputs] + [to_numpy(d_params[name]) for name in params]
+
+    def loss(perturbed_params: dict[str, Any], perturbed_inputs: tuple) -> float:
+        value, _ = block.forward(perturbed_params, *perturbed_inputs, **forward_kwargs)
+        return float(xp.sum(cotangent * value))
+
+    numeric = []
+    for k, (_, value) in enumerate(tensors):
+        chosen = np.arange(value.size)
+        if max_entries is not None and value.size > max_entries:
+            chosen = rng.choice(value.size, size=max_entries, replace=False)
+        estimates = np.empty(chosen.size)
+        for j, flat_index in enumerate(chosen):
+            index = np.unravel_index(int(flat_index), value.shape)
+            index = tuple(int(i) for i in index)
+            sides = []
+            for sign in (1.0, -1.0):
+                shifted = value.copy()
+                shifted[index] = shifted[index] + sign * eps
+                if k < len(wrt_inputs):
+                    new_inputs = list(inputs)
+                    new_inputs[wrt_inputs[k]] = shifted
+                    sides.append(loss(params, tuple(new_inputs)))
+                else:
+                    new_params = dict(params)
+                    new_params[tensors[k][0].removeprefix("param:")] = shifted
+                    sides.append(loss(new_params, inputs))
+            estimates[j] = (sides[0] - sides[1]) / (2 * eps)
+        numeric.append((chosen, estimates))
+
+    largest = max((float(np.max(np.abs(a))) for a in analytic if a.size), default=0.0)
+    report = GradCheckReport(eps=eps)
+    for (name, value), grad, (chosen, estimates) in zip(tensors, analytic, numeric, strict=True):
+        if grad.shape != value.shape:
+            raise ValueError(f"backward returned shape {grad.shape} for {name} of {value.shape}")
+        exact = grad.reshape(-1)[chosen]
+        abs_error = float(np.max(np.abs(exact - estimates), initial=0.0))
+        scale = max(
+            float(np.max(np.abs(exact), initial=0.0)),
+            float(np.max(np.abs(estimates), initial=0.0)),
+            _SCALE_FLOOR * largest,
+            np.finfo(np.float64).tiny,
+        )
+        report.errors.append(
+            TensorError(name, abs_error, abs_error / scale, scale, int(chosen.size), value.size)
+        )
+    return report
