@@ -77,7 +77,9 @@ class Graph:
                     f"edge_index contains node index {high}, out of range for num_nodes="
                     f"{num_nodes}; indices must lie in [0, {num_nodes})"
                 )
-        self._edge_index = xp.ascontiguousarray(edge_index.astype(xp.int64, copy=False))
+        # A copy (astype copies by default): the caller mutating its array must not
+        # change this immutable graph behind its validation and caches.
+        self._edge_index = xp.ascontiguousarray(edge_index.astype(xp.int64))
         self._num_nodes = num_nodes
         self._cache: dict[Any, Any] = {}
 
@@ -163,7 +165,7 @@ class Graph:
         gives its edges as they are; a multigraph keeps parallel edges.
         """
         nodes = list(graph.nodes)
-        if sorted(nodes) != list(range(len(nodes))):
+        if set(nodes) != set(range(len(nodes))):  # not sorted(): mixed labels don't compare
             raise ValueError(
                 "networkx graph nodes must be the integers 0..N-1; relabel with "
                 "networkx.convert_node_labels_to_integers(graph) first"

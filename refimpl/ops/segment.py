@@ -27,6 +27,7 @@ stand-in) use ``xp.add.at`` / ``xp.maximum.at``, which CuPy >= 13 provides.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from refimpl.backend import backend_name, get_array_module
@@ -106,7 +107,8 @@ def segment_sum(values: Any, segments: Segments) -> Any:
     """Sum of the items of each segment, (E, *F) -> (N, *F); empty segments give 0."""
     xp = segments.xp
     feature_shape = values.shape[1:]
-    flat = values.reshape(segments.num_items, -1)  # (E, F)
+    # Explicit F, not -1: reshape cannot infer -1 for an empty array (E = 0).
+    flat = values.reshape(segments.num_items, math.prod(feature_shape))  # (E, F)
     if segments._backend == "numpy":
         out = segments._sum_matrix(values.dtype) @ flat  # (N, F)
     else:
@@ -139,7 +141,7 @@ def segment_max(values: Any, segments: Segments) -> tuple[Any, Any]:
     xp = segments.xp
     num_items, num_segments = segments.num_items, segments.num_segments
     feature_shape = values.shape[1:]
-    flat = values.reshape(num_items, -1)  # (E, F)
+    flat = values.reshape(num_items, math.prod(feature_shape))  # (E, F); explicit F for E = 0
     num_features = flat.shape[1]
     positions = _flat_positions(segments, num_features)  # (E, F)
 
@@ -162,8 +164,9 @@ def segment_max(values: Any, segments: Segments) -> tuple[Any, Any]:
 def segment_max_backward(d_out: Any, argmax: Any, segments: Segments) -> Any:
     """Adjoint of :func:`segment_max`: ``d_out`` goes to the argmax item, zero elsewhere."""
     xp = segments.xp
-    argmax_flat = argmax.reshape(segments.num_segments, -1)  # (N, F)
-    d_flat = d_out.reshape(segments.num_segments, -1)  # (N, F)
+    num_features = math.prod(argmax.shape[1:])  # explicit F: -1 fails on empty arrays
+    argmax_flat = argmax.reshape(segments.num_segments, num_features)  # (N, F)
+    d_flat = d_out.reshape(segments.num_segments, num_features)  # (N, F)
     d_values = xp.zeros((segments.num_items, argmax_flat.shape[1]), dtype=d_out.dtype)
     rows, cols = xp.nonzero(argmax_flat >= 0)
     # Each (item, feature) is the argmax of at most one segment: plain assignment is exact.

@@ -5,6 +5,7 @@ from refimpl.testing.gradcheck import (
     TensorError,
     check_gradients,
     max_relative_error,
+    relative_errors,
 )
 from refimpl.testing.tolerances import FORWARD_RTOL, GRADCHECK_RTOL
 
@@ -15,4 +16,5 @@ __all__ = [
     "TensorError",
     "check_gradients",
     "max_relative_error",
+    "relative_errors",
 ]

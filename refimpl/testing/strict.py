@@ -48,6 +48,10 @@ def _unwrap(obj: Any) -> Any:
 def _wrap(obj: Any) -> Any:
     if isinstance(obj, np.ndarray):
         return StrictArray(obj)
+    if isinstance(obj, np.generic):
+        # A reduction or scalar index gives a 0-d array, as in CuPy; a bare NumPy
+        # scalar would let np.exp(xp.sum(x)) slip through unnoticed.
+        return StrictArray(np.asarray(obj))
     if isinstance(obj, tuple):
         return tuple(_wrap(item) for item in obj)
     if isinstance(obj, list):
@@ -121,6 +125,10 @@ class StrictArray:
     T = property(lambda self: StrictArray(self._data.T))
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            # NumPy converts any object with __array_interface__ / __array_struct__;
+            # forwarding those to the data would let np.asarray(x) through silently.
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         attribute = getattr(self._data, name)
         if callable(attribute):
             return lambda *args, **kwargs: _call(attribute, args, kwargs)
@@ -132,6 +140,9 @@ class StrictArray:
 
     def __repr__(self) -> str:
         return f"StrictArray({self._data!r})"
+
+    def __format__(self, format_spec: str) -> str:
+        return format(self._data, format_spec)  # as cupy.ndarray: format the host copy
 
     # -- scalars: explicit synchronisation points, allowed for size-1 arrays ----
     def _scalar(self, kind: type) -> Any:

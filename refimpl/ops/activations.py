@@ -1,0 +1,211 @@
+"""Elementwise activations (ReLU, LeakyReLU, ELU, identity), each a forward/backward pair.
+
+Kinks follow PyTorch's autograd exactly, so gradients can be compared entry by
+entry with a PyTorch model even where an input lands on the kink:
+
+=============  =========================  ===============================
+block          derivative for x > 0       derivative for x <= 0 (incl. 0)
+=============  =========================  ===============================
+ReLU           1                          0
+LeakyReLU(s)   1                          s
+ELU(a)         1                          a * exp(x)  (so ``a`` at 0)
+Identity       1                          1
+=============  =========================  ===============================
+
+``-0.0`` counts as 0 (it is not ``> 0``). Parameter-free: ``params`` is ignored
+(pass ``{}``) and ``d_params`` is ``{}``.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from refimpl.backend import get_array_module, is_array
+
+__all__ = [
+    "ACTIVATIONS",
+    "ELU",
+    "ELUCache",
+    "Identity",
+    "IdentityCache",
+    "LeakyReLU",
+    "ReLU",
+    "SignCache",
+    "get_activation",
+]
+
+
+class SignCache(NamedTuple):
+    """ReLU / LeakyReLU: which entries lie strictly right of the kink."""
+
+    positive: Any  # (*S,) bool, x > 0
+    dtype: Any  # of x, to validate the cotangent
+
+
+class ELUCache(NamedTuple):
+    """ELU: the input itself (its backward needs ``exp(x)``, not only the sign)."""
+
+    x: Any  # (*S,)
+
+
+class IdentityCache(NamedTuple):
+    """Identity: only the shape and dtype, to validate the cotangent."""
+
+    shape: tuple[int, ...]
+    dtype: Any
+
+
+@dataclass(frozen=True)
+class ReLU:
+    """``relu(x) = max(x, 0)`` elementwise, any shape.
+
+    Cache: :class:`SignCache` (``x > 0``). Kink: ``relu'(0) = 0`` (PyTorch's
+    ``threshold_backward``). PyTorch parity: ``torch.relu``.
+    """
+
+    def forward(self, params: dict[str, Any], x: Any) -> tuple[Any, SignCache]:
+        xp = _check_input(x)
+        positive = x > 0  # (*S,) bool
+        return xp.where(positive, x, 0), SignCache(positive, x.dtype)
+
+    def backward(
+        self, params: dict[str, Any], cache: SignCache, d_y: Any
+    ) -> tuple[Any, dict[str, Any]]:
+        xp = _check_cotangent(d_y, cache.positive.shape, cache.dtype, cache.positive)
+        return xp.where(cache.positive, d_y, 0), {}
+
+
+@dataclass(frozen=True)
+class LeakyReLU:
+    """``x`` for ``x > 0``, ``negative_slope * x`` otherwise, elementwise.
+
+    Cache: :class:`SignCache` (``x > 0``). Kink: the derivative at 0 is
+    ``negative_slope`` (1 only for ``x > 0``), as PyTorch's
+    ``leaky_relu_backward``. PyTorch parity: ``torch.nn.functional.leaky_relu``.
+    """
+
+    negative_slope: float = 0.01  # PyTorch default (GAT's attention uses 0.2)
+
+    def __post_init__(self) -> None:
+        _check_real("negative_slope", self.negative_slope)
+
+    def forward(self, params: dict[str, Any], x: Any) -> tuple[Any, SignCache]:
+        xp = _check_input(x)
+        positive = x > 0  # (*S,) bool
+        return xp.where(positive, x, self.negative_slope * x), SignCache(positive, x.dtype)
+
+    def backward(
+        self, params: dict[str, Any], cache: SignCache, d_y: Any
+    ) -> tuple[Any, dict[str, Any]]:
+        xp = _check_cotangent(d_y, cache.positive.shape, cache.dtype, cache.positive)
+        return xp.where(cache.positive, d_y, self.negative_slope * d_y), {}
+
+
+@dataclass(frozen=True)
+class ELU:
+    """``x`` for ``x > 0``, ``alpha * (exp(x) - 1)`` otherwise, elementwise.
+
+    Cache: :class:`ELUCache` (the input). The derivative for ``x <= 0`` is
+    ``alpha * exp(x)`` computed from ``x``, not as ``y + alpha`` from the output:
+    the latter cancels to 0 for very negative ``x`` (PyTorch's ``elu_backward``
+    with ``is_result=False``). ``exp`` only ever sees ``min(x, 0)``, so large
+    inputs raise no overflow warning. PyTorch parity: ``torch.nn.functional.elu``.
+    """
+
+    alpha: float = 1.0  # PyTorch default
+
+    def __post_init__(self) -> None:
+        _check_real("alpha", self.alpha)
+
+    def forward(self, params: dict[str, Any], x: Any) -> tuple[Any, ELUCache]:
+        xp = _check_input(x)
+        negative_part = self.alpha * xp.expm1(xp.minimum(x, 0))  # (*S,), expm1: exact near 0
+        return xp.where(x > 0, x, negative_part), ELUCache(x)
+
+    def backward(
+        self, params: dict[str, Any], cache: ELUCache, d_y: Any
+    ) -> tuple[Any, dict[str, Any]]:
+        x = cache.x
+        xp = _check_cotangent(d_y, x.shape, x.dtype, x)
+        slope = self.alpha * xp.exp(xp.minimum(x, 0))  # (*S,), = alpha at x = 0
+        return xp.where(x > 0, d_y, slope * d_y), {}
+
+
+@dataclass(frozen=True)
+class Identity:
+    """``y = x``, returned as is (not a copy; no block mutates its inputs).
+
+    Cache: :class:`IdentityCache` (shape and dtype). PyTorch parity:
+    ``torch.nn.Identity``.
+    """
+
+    def forward(self, params: dict[str, Any], x: Any) -> tuple[Any, IdentityCache]:
+        _check_input(x)
+        return x, IdentityCache(tuple(x.shape), x.dtype)
+
+    def backward(
+        self, params: dict[str, Any], cache: IdentityCache, d_y: Any
+    ) -> tuple[Any, dict[str, Any]]:
+        _check_cotangent(d_y, cache.shape, cache.dtype)
+        return d_y, {}
+
+
+ACTIVATIONS: dict[str, type] = {
+    "relu": ReLU,
+    "leaky_relu": LeakyReLU,
+    "elu": ELU,
+    "identity": Identity,
+}
+
+
+def get_activation(name: str, **kwargs: Any) -> ReLU | LeakyReLU | ELU | Identity:
+    """The activation registered as ``name``, configured with ``kwargs``.
+
+    ``get_activation("leaky_relu", negative_slope=0.2)``; an unknown name raises
+    ``ValueError`` listing the valid ones.
+    """
+    if name not in ACTIVATIONS:
+        raise ValueError(
+            f"unknown activation {name!r}; valid names are {', '.join(sorted(ACTIVATIONS))}"
+        )
+    return ACTIVATIONS[name](**kwargs)
+
+
+def _check_real(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite real number, got {value!r}")
+
+
+def _check_input(x: Any) -> Any:
+    """Validate an activation's input; return its array module."""
+    if not is_array(x):
+        raise TypeError(
+            f"x must be an array (NumPy, CuPy or strict), got {type(x).__name__}; "
+            "convert with refimpl.backend.asarray"
+        )
+    if x.dtype.kind != "f":
+        raise TypeError(
+            f"x must be a floating-point array, got dtype {x.dtype}; convert with .astype(float)"
+        )
+    xp = get_array_module(x)
+    if not bool(xp.isfinite(x).all()):
+        raise ValueError(
+            "x contains NaN or infinity; check the step that produced it (learning rate, "
+            "division by zero, log of zero)"
+        )
+    return xp
+
+
+def _check_cotangent(d_y: Any, shape: tuple[int, ...], dtype: Any, cached: Any = None) -> Any:
+    """Validate ``d_y`` against the output's shape and dtype; return its array module."""
+    if not is_array(d_y) or tuple(d_y.shape) != tuple(shape):
+        got = tuple(d_y.shape) if is_array(d_y) else type(d_y).__name__
+        raise ValueError(f"d_y must be an array of the output's shape {tuple(shape)}, got {got}")
+    if d_y.dtype != dtype:
+        raise TypeError(
+            f"d_y has dtype {d_y.dtype} but the forward ran in {dtype}; cast d_y to {dtype}"
+        )
+    return get_array_module(d_y, cached)  # TypeError if d_y is on another backend

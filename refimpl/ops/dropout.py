@@ -1,0 +1,149 @@
+"""Inverted dropout with explicit randomness: the keep-mask is drawn from a generator or passed in.
+
+DESIGN.md, Randomness: nothing reads global random state, and the noise itself
+can be passed in, so another implementation (PyTorch, a golden-vector file) can
+be fed exactly the mask this one used (``cache.mask``).
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from refimpl.backend import get_array_module, is_array
+
+__all__ = ["Dropout", "DropoutCache"]
+
+
+class DropoutCache(NamedTuple):
+    """What :meth:`Dropout.backward` reads: the scaled keep-mask, or None for the identity."""
+
+    scaled_mask: Any  # (*S,) in x's dtype: 1 / (1 - p) where kept, 0 where dropped; or None
+    shape: tuple[int, ...]  # of x, to validate the cotangent
+    dtype: Any  # of x
+
+    @property
+    def mask(self) -> Any:
+        """The boolean keep-mask (True = kept), ``(*S,)``; None when dropout was the identity.
+
+        Feed it back as ``forward(..., mask=cache.mask)`` or to another
+        implementation to replay the same draw.
+        """
+        return None if self.scaled_mask is None else self.scaled_mask != 0
+
+
+@dataclass(frozen=True)
+class Dropout:
+    """Inverted dropout: ``y = x * mask / (1 - p)`` in training, ``y = x`` in evaluation.
+
+    ``forward(params, x, training=False, rng=None, mask=None)``
+
+    x : (*S,) float array, any shape.
+    training : bool
+        False (the default, as ``torch.nn.functional.dropout`` called with
+        ``training=False``) or ``p == 0``: the identity; ``rng`` and ``mask`` are
+        then ignored and no number is drawn.
+    rng : numpy.random.Generator (or CuPy's), optional
+        Draws the keep-mask as ``rng.random(x.shape) >= p`` (each entry kept
+        with probability ``1 - p``), moved to x's backend.
+    mask : bool array (*S,), optional
+        The keep-mask itself (True = keep), on x's backend. Takes precedence
+        over ``rng``, which is then not advanced.
+
+    Returns ``(y, cache)``; cache: :class:`DropoutCache`, whose ``mask`` property
+    is the boolean mask used. Backward: ``d_x = d_y * mask / (1 - p)``.
+
+    PyTorch parity: ``torch.nn.functional.dropout`` (same scaling, identity in
+    eval mode); the draws differ (PyTorch uses its own generator), so compare by
+    passing ``cache.mask`` to the other side: ``x * mask / (1 - p)``.
+    """
+
+    p: float = 0.5  # drop probability; PyTorch default (GAT uses 0.6)
+
+    def __post_init__(self) -> None:
+        p = self.p
+        if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0 <= p < 1:
+            raise ValueError(
+                f"dropout probability p must be a number in [0, 1), got {p!r} "
+                "(p = 1 would drop everything and divide by zero)"
+            )
+
+    def forward(
+        self,
+        params: dict[str, Any],
+        x: Any,
+        training: bool = False,
+        rng: Any = None,
+        mask: Any = None,
+    ) -> tuple[Any, DropoutCache]:
+        xp = _check_input(x)
+        if not training or self.p == 0:
+            return x, DropoutCache(None, tuple(x.shape), x.dtype)
+        # F1 the keep-mask: given, or drawn on the host and moved to x's backend
+        if mask is not None:
+            _check_mask(mask, x)
+        elif rng is not None:
+            mask = xp.asarray(rng.random(x.shape) >= self.p)  # (*S,) bool
+        else:
+            raise ValueError(
+                f"Dropout(p={self.p}) in training mode needs randomness: pass rng="
+                "numpy.random.default_rng(seed) or an explicit boolean mask=, or "
+                "training=False for evaluation"
+            )
+        # F2 scale the kept entries by 1 / (1 - p) so that E[y] = x
+        scaled_mask = mask.astype(x.dtype) / (1 - self.p)  # (*S,) in x's dtype
+        return x * scaled_mask, DropoutCache(scaled_mask, tuple(x.shape), x.dtype)
+
+    def backward(
+        self, params: dict[str, Any], cache: DropoutCache, d_y: Any
+    ) -> tuple[Any, dict[str, Any]]:
+        if not is_array(d_y) or tuple(d_y.shape) != cache.shape:
+            got = tuple(d_y.shape) if is_array(d_y) else type(d_y).__name__
+            raise ValueError(f"d_y must be an array of the output's shape {cache.shape}, got {got}")
+        if d_y.dtype != cache.dtype:
+            raise TypeError(
+                f"d_y has dtype {d_y.dtype} but the forward ran in {cache.dtype}; "
+                f"cast d_y to {cache.dtype}"
+            )
+        if cache.scaled_mask is None:
+            return d_y, {}
+        get_array_module(d_y, cache.scaled_mask)  # TypeError if d_y is on another backend
+        # B2 (of F2) and B1 (of F1): the mask is a constant, so only the scaling flows back
+        return d_y * cache.scaled_mask, {}
+
+
+def _check_input(x: Any) -> Any:
+    """Validate dropout's input; return its array module."""
+    if not is_array(x):
+        raise TypeError(
+            f"x must be an array (NumPy, CuPy or strict), got {type(x).__name__}; "
+            "convert with refimpl.backend.asarray"
+        )
+    if x.dtype.kind != "f":
+        raise TypeError(
+            f"x must be a floating-point array, got dtype {x.dtype}; convert with .astype(float)"
+        )
+    xp = get_array_module(x)
+    if not bool(xp.isfinite(x).all()):
+        raise ValueError(
+            "x contains NaN or infinity (dropout would pass NaN through, since 0 * inf is NaN); "
+            "check the step that produced it"
+        )
+    return xp
+
+
+def _check_mask(mask: Any, x: Any) -> None:
+    if not is_array(mask) or mask.dtype.kind != "b":
+        kind = mask.dtype if is_array(mask) else type(mask).__name__
+        raise TypeError(
+            f"dropout mask must be a boolean array (True = keep), got {kind}; "
+            "build one with mask = rng.random(x.shape) >= p"
+        )
+    get_array_module(x, mask)  # TypeError if the mask is on another backend
+    if tuple(mask.shape) != tuple(x.shape):
+        raise ValueError(
+            f"dropout mask has shape {tuple(mask.shape)} but x has {tuple(x.shape)}; "
+            "the mask must have exactly x's shape"
+        )
+

@@ -1,0 +1,244 @@
+"""Masked node-classification losses: softmax cross-entropy and binary cross-entropy with logits.
+
+Both return a 0-d array, the mean over the nodes selected by ``mask`` (the
+training split, typically); rows outside the mask contribute nothing and get a
+zero gradient. Their backward takes the scalar cotangent ``d_loss`` (1.0 to
+start backpropagation) and returns ``(d_logits, {})``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np  # only for np.generic (NumPy scalars) in validation
+
+from refimpl.backend import get_array_module, is_array
+
+__all__ = ["BCEWithLogits", "BCEWithLogitsCache", "CrossEntropyCache", "SoftmaxCrossEntropy"]
+
+
+class CrossEntropyCache(NamedTuple):
+    """What :meth:`SoftmaxCrossEntropy.backward` reads."""
+
+    probs: Any  # (N, K) softmax(logits)
+    one_hot: Any  # (N, K) bool, the label of each row (all False outside the mask)
+    weight: Any  # (N,) mask / count, in the logits' dtype
+
+
+class BCEWithLogitsCache(NamedTuple):
+    """What :meth:`BCEWithLogits.backward` reads."""
+
+    residual: Any  # (N, K) sigmoid(logits) - targets
+    weight: Any  # (N,) mask / (count * K), in the logits' dtype
+
+
+@dataclass(frozen=True)
+class SoftmaxCrossEntropy:
+    """Mean over masked nodes of ``-log softmax(logits)[label]``.
+
+    ``forward(params, logits (N, K), labels (N,) int, mask (N,) bool or None)``
+    returns ``(loss, cache)`` with ``loss`` a 0-d array. ``log softmax`` is
+    ``z - max(z) - log(sum(exp(z - max(z))))`` (log-sum-exp, stable for logits of
+    any size: every exponent is <= 0). ``mask=None`` selects every row.
+
+    Cache: :class:`CrossEntropyCache` (softmax output, one-hot labels, row weights).
+    Backward: ``d_logits = d_loss * (softmax - one_hot) / count`` on masked rows,
+    0 elsewhere.
+
+    Edge semantics: labels outside the mask are never read (a placeholder such
+    as -1 for unlabelled nodes is fine); labels inside must lie in ``[0, K)``.
+    An empty mask is an error (the mean of nothing). ``K = 1`` gives loss 0.
+
+    PyTorch parity: ``F.cross_entropy(logits[mask], labels[mask])`` (reduction
+    "mean", no class weights, no label smoothing).
+    """
+
+    def forward(
+        self, params: dict[str, Any], logits: Any, labels: Any, mask: Any = None
+    ) -> tuple[Any, CrossEntropyCache]:
+        xp = _check_logits(logits)
+        num_rows, num_classes = logits.shape
+        if not is_array(labels) or labels.dtype.kind not in "iu":
+            kind = labels.dtype if is_array(labels) else type(labels).__name__
+            raise TypeError(
+                f"labels must be an integer array of class indices, got {kind}; for one-hot "
+                "labels pass labels.argmax(axis=1), for multi-label targets use BCEWithLogits"
+            )
+        if tuple(labels.shape) != (num_rows,):
+            raise ValueError(
+                f"labels must have shape (N,) = ({num_rows},) to match logits {logits.shape}, "
+                f"got {tuple(labels.shape)}"
+            )
+        get_array_module(logits, labels)  # TypeError if they live on two backends
+        selected, weight = _row_weights(logits, mask, 1)  # mean over rows
+        chosen = labels[selected]
+        if chosen.size and (int(chosen.min()) < 0 or int(chosen.max()) >= num_classes):
+            raise ValueError(
+                f"labels of masked rows must lie in [0, K) = [0, {num_classes}), got values in "
+                f"[{int(chosen.min())}, {int(chosen.max())}]; check the number of classes"
+            )
+        # F1 log softmax by log-sum-exp
+        maxima = logits.max(axis=1, keepdims=True)  # (N, 1)
+        shifted = logits - maxima  # (N, K), <= 0
+        log_norm = xp.log(xp.exp(shifted).sum(axis=1, keepdims=True))  # (N, 1), in [0, log K]
+        log_probs = shifted - log_norm  # (N, K)
+        # F2 pick each masked row's label column (unmasked rows pick nothing)
+        one_hot = (xp.arange(num_classes)[None, :] == labels[:, None]) & selected[:, None]  # (N, K)
+        picked = xp.where(one_hot, log_probs, 0).sum(axis=1)  # (N,)
+        # F3 negative weighted mean over the masked rows
+        loss = xp.asarray((weight * -picked).sum())  # 0-d
+        return loss, CrossEntropyCache(xp.exp(log_probs), one_hot, weight)
+
+    def backward(
+        self, params: dict[str, Any], cache: CrossEntropyCache, d_loss: Any
+    ) -> tuple[Any, dict[str, Any]]:
+        d_loss = _check_scalar_cotangent(d_loss, cache.probs)
+        xp = get_array_module(cache.probs)
+        # B3 (of F3) d picked = -d_loss * weight
+        d_picked = -(d_loss * cache.weight)  # (N,)
+        # B2 (of F2) scatter into the label column: adjoint of the masked pick
+        d_log_probs = xp.where(cache.one_hot, d_picked[:, None], 0)  # (N, K)
+        # B1 (of F1) log softmax backward: g - softmax * sum(g) (max and log-sum-exp shift rows)
+        d_logits = d_log_probs - cache.probs * d_log_probs.sum(axis=1, keepdims=True)  # (N, K)
+        return d_logits, {}
+
+
+@dataclass(frozen=True)
+class BCEWithLogits:
+    """Multi-label loss: mean over masked nodes and all K of binary cross-entropy with logits.
+
+    ``forward(params, logits (N, K), targets (N, K) in [0, 1], mask (N,) bool or
+    None)`` returns ``(loss, cache)``, ``loss`` a 0-d array of the mean of
+    ``max(z, 0) - z t + log1p(exp(-|z|))``, which equals ``-t log sigmoid(z) -
+    (1 - t) log(1 - sigmoid(z))`` but never exponentiates a positive number.
+    Targets may be soft (any value in ``[0, 1]``); boolean or integer 0/1
+    targets are converted to the logits' dtype (exactly).
+
+    Cache: :class:`BCEWithLogitsCache` (``sigmoid(z) - t`` and row weights).
+    Backward: ``d_logits = d_loss * (sigmoid(z) - t) / (count * K)`` on masked
+    rows, 0 elsewhere.
+
+    PyTorch parity: ``F.binary_cross_entropy_with_logits(logits[mask],
+    targets[mask])`` (reduction "mean", no ``pos_weight``).
+    """
+
+    def forward(
+        self, params: dict[str, Any], logits: Any, targets: Any, mask: Any = None
+    ) -> tuple[Any, BCEWithLogitsCache]:
+        xp = _check_logits(logits)
+        targets = _check_targets(xp, targets, logits)
+        _, weight = _row_weights(logits, mask, logits.shape[1])  # over rows and all K
+        # F1 elementwise loss; e = exp(-|z|) <= 1 is shared with the sigmoid below
+        small = xp.exp(-xp.abs(logits))  # (N, K)
+        losses = xp.maximum(logits, 0) - logits * targets + xp.log1p(small)  # (N, K)
+        # F2 weighted mean over masked rows and all K columns
+        loss = xp.asarray((weight[:, None] * losses).sum())  # 0-d
+        # sigmoid from e: 1 / (1 + e) for z >= 0, e / (1 + e) for z < 0 (no overflow)
+        sigmoid = xp.where(logits >= 0, 1, small) / (1 + small)  # (N, K)
+        return loss, BCEWithLogitsCache(sigmoid - targets, weight)
+
+    def backward(
+        self, params: dict[str, Any], cache: BCEWithLogitsCache, d_loss: Any
+    ) -> tuple[Any, dict[str, Any]]:
+        d_loss = _check_scalar_cotangent(d_loss, cache.residual)
+        # B2 (of F2) and B1 (of F1): d/dz of the elementwise loss is sigmoid(z) - t
+        return (d_loss * cache.weight)[:, None] * cache.residual, {}  # (N, K)
+
+
+def _check_logits(logits: Any) -> Any:
+    """Validate ``logits`` (N, K), float, finite; return their array module."""
+    if not is_array(logits) or logits.dtype.kind != "f":
+        kind = logits.dtype if is_array(logits) else type(logits).__name__
+        raise TypeError(
+            f"logits must be a floating-point array, got {kind}; convert with .astype(float)"
+        )
+    if logits.ndim != 2 or logits.shape[1] < 1:
+        raise ValueError(
+            f"logits must have shape (N, K) with K >= 1 classes, got {tuple(logits.shape)}; "
+            "reshape a single-output (N,) array with logits[:, None]"
+        )
+    xp = get_array_module(logits)
+    if not bool(xp.isfinite(logits).all()):
+        raise ValueError(
+            "logits contain NaN or infinity; the model diverged upstream (check the learning "
+            "rate and any division or log before the loss)"
+        )
+    return xp
+
+
+def _row_weights(logits: Any, mask: Any, num_columns: int) -> tuple[Any, Any]:
+    """The selected rows (N,) bool and their weights ``mask / (count * num_columns)`` (N,)."""
+    num_rows = logits.shape[0]
+    xp = get_array_module(logits)
+    if mask is None:
+        selected = xp.ones(num_rows, dtype=bool)
+    else:
+        if not is_array(mask) or mask.dtype.kind != "b":
+            kind = mask.dtype if is_array(mask) else type(mask).__name__
+            raise TypeError(
+                f"mask must be a boolean array of shape (N,), got {kind}; from node indices "
+                "idx build it with mask = xp.zeros(N, dtype=bool); mask[idx] = True"
+            )
+        if tuple(mask.shape) != (num_rows,):
+            raise ValueError(
+                f"mask must have shape (N,) = ({num_rows},), got {tuple(mask.shape)}"
+            )
+        get_array_module(mask, logits)  # TypeError if the mask is on another backend
+        selected = mask
+    count = int(selected.sum())
+    if count == 0:
+        raise ValueError(
+            "the mask selects no rows, so the mean loss is undefined; check the split "
+            "(an empty training mask?)"
+        )
+    return selected, selected.astype(logits.dtype) / (count * num_columns)
+
+
+def _check_targets(xp: Any, targets: Any, logits: Any) -> Any:
+    """Validate multi-label targets; return them in the logits' dtype (exact for 0/1 ints)."""
+    if not is_array(targets):
+        raise TypeError(
+            f"targets must be an array, got {type(targets).__name__}; convert with xp.asarray"
+        )
+    get_array_module(logits, targets)  # TypeError if they live on two backends
+    if tuple(targets.shape) != tuple(logits.shape):
+        raise ValueError(
+            f"targets must have the logits' shape {tuple(logits.shape)}, got "
+            f"{tuple(targets.shape)}; for class indices use SoftmaxCrossEntropy"
+        )
+    if targets.dtype.kind == "f" and targets.dtype != logits.dtype:
+        raise TypeError(
+            f"targets have dtype {targets.dtype} but logits {logits.dtype}; cast targets with "
+            "targets.astype(logits.dtype)"
+        )
+    if targets.dtype.kind not in "fbiu":
+        raise TypeError(f"targets must be float, bool or integer, got dtype {targets.dtype}")
+    targets = targets.astype(logits.dtype, copy=False)
+    if not bool(((targets >= 0) & (targets <= 1)).all()):  # False for NaN too
+        raise ValueError(
+            "targets must lie in [0, 1] (probabilities or 0/1 labels) and be finite; "
+            "for class indices use SoftmaxCrossEntropy"
+        )
+    return targets
+
+
+def _check_scalar_cotangent(d_loss: Any, like: Any) -> Any:
+    """A Python number, or a 0-d array (or NumPy scalar) of the forward's dtype."""
+    if type(d_loss) in (int, float):  # exact types: Python numbers never upcast an array
+        return d_loss
+    if not (is_array(d_loss) or isinstance(d_loss, np.generic)):
+        raise TypeError(f"d_loss must be a number or a 0-d array, got {type(d_loss).__name__}")
+    if d_loss.ndim != 0:
+        raise ValueError(
+            f"d_loss must be a scalar (0-d array or number), got shape {tuple(d_loss.shape)}"
+        )
+    if d_loss.dtype != like.dtype:
+        raise TypeError(
+            f"d_loss has dtype {d_loss.dtype} but the loss was computed in {like.dtype}; "
+            "pass a Python float or cast d_loss"
+        )
+    if is_array(d_loss):
+        get_array_module(d_loss, like)  # TypeError if it lives on another backend
+        return d_loss
+    return float(d_loss)  # a NumPy scalar of the right dtype: exact as a Python float

@@ -1,0 +1,83 @@
+"""Attention-weighted message passing: ``out[v] = sum_{(u, v) in E} w_uv * h[u]``, per head.
+
+This is GAT-balance Eq. 1 without the activation: the sum over ``N(v)`` of
+``alpha_uv * W_s h_u``. As a matrix product per head, ``out_h = A_h @ h_h`` with
+``A_h[v, u] = sum of w_uvh over the edges u -> v`` (duplicates add up).
+
+Forward and backward side by side:
+
+    F1  messages = gather(h, src) * w[..., None]          (E, H, C)
+    F2  out      = segment_sum(messages, dst)             (N, H, C)
+
+    B2  d_messages = gather(d_out, dst)                   (E, H, C)
+    B1  d_w = sum_c d_messages * gather(h, src)            (E, H)
+        d_h = segment_sum(d_messages * w[..., None], src)  (N, H, C)
+
+On NumPy the pair is computed without materialising the ``(E, H, C)`` messages
+of F1/B1's second line: per head, ``A_h @ h_h`` and ``A_h^T @ d_out_h`` with a
+``scipy.sparse`` CSR matrix sharing the structure of the target segments
+(``scripts/bench_segment.py``: about 30x faster than gather + segment_sum on
+Cora with 64 channels). Other backends run F1/F2 literally.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from refimpl.ops.segment import Segments, gather, segment_sum
+
+__all__ = ["propagate", "propagate_backward"]
+
+
+def _head_matrices(weights: Any, src: Segments, dst: Segments) -> list[Any]:
+    """Per head, CSR ``A_h`` (N, N) with ``A_h[v, u] = w_e`` for edge ``e = (u, v)``."""
+    import scipy.sparse as sp
+
+    structure = dst._sum_matrix(weights.dtype)  # CSR (N, E): indices = edges grouped by target
+    edge_order = structure.indices  # (E,)
+    neighbour = src.index[edge_order]  # (E,) source of each edge, in CSR order
+    shape = (dst.num_segments, src.num_segments)
+    return [
+        sp.csr_matrix((weights[edge_order, h], neighbour, structure.indptr), shape=shape)
+        for h in range(weights.shape[1])
+    ]
+
+
+def propagate(h: Any, weights: Any, src: Segments, dst: Segments) -> Any:
+    """Weighted sum of source features into targets.
+
+    Parameters
+    ----------
+    h : (N, H, C)
+        Source-side features (``W_s h_u`` in the papers).
+    weights : (E, H)
+        One weight per edge and head (the attention coefficients).
+    src, dst : Segments
+        The edges grouped by source and by target (``Graph.src_segments`` /
+        ``Graph.dst_segments``).
+
+    Returns
+    -------
+    (N, H, C) array; targets with no incoming edge get zeros.
+    """
+    if src._backend == "numpy":
+        xp = src.xp
+        matrices = _head_matrices(weights, src, dst)
+        return xp.stack([a @ h[:, k, :] for k, a in enumerate(matrices)], axis=1)
+    messages = gather(h, src) * weights[..., None]  # F1 (E, H, C)
+    return segment_sum(messages, dst)  # F2 (N, H, C)
+
+
+def propagate_backward(
+    h: Any, weights: Any, d_out: Any, src: Segments, dst: Segments
+) -> tuple[Any, Any]:
+    """Adjoint of :func:`propagate`: returns ``(d_h (N, H, C), d_weights (E, H))``."""
+    xp = src.xp
+    d_messages = gather(d_out, dst)  # B2 (E, H, C)
+    d_weights = xp.einsum("ehc,ehc->eh", d_messages, gather(h, src))  # B1 (E, H)
+    if src._backend == "numpy":
+        matrices = _head_matrices(weights, src, dst)
+        d_h = xp.stack([a.T @ d_out[:, k, :] for k, a in enumerate(matrices)], axis=1)
+    else:
+        d_h = segment_sum(d_messages * weights[..., None], src)  # B1 (N, H, C)
+    return d_h, d_weights

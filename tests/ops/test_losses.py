@@ -1,0 +1,222 @@
+"""Tests for refimpl.ops.losses: SciPy formulations, gradients, extreme logits, masks, backends."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from scipy.special import expit, log_expit, log_softmax, softmax
+
+from refimpl.backend import asarray, to_numpy
+from refimpl.ops.losses import BCEWithLogits, SoftmaxCrossEntropy
+from refimpl.testing import FORWARD_RTOL, GRADCHECK_RTOL, check_gradients, max_relative_error
+from tests.strategies import seeds
+
+DEVICE_BACKENDS = [
+    "strict",
+    pytest.param(
+        "cupy",
+        marks=pytest.mark.skipif(importlib.util.find_spec("cupy") is None, reason="no CuPy"),
+    ),
+]
+F64 = FORWARD_RTOL[np.dtype(np.float64)]
+CE, BCE = SoftmaxCrossEntropy(), BCEWithLogits()
+
+
+@st.composite
+def cases(draw: st.DrawFn, multi_label: bool = False):
+    """(logits, labels or targets, mask or None, d_loss), values from a drawn seed."""
+    n, k = draw(st.integers(1, 6)), draw(st.integers(1, 5))
+    rng = np.random.default_rng(draw(seeds()))
+    logits = rng.standard_normal((n, k)) * draw(st.sampled_from([1.0, 10.0]))
+    mask = None
+    if draw(st.booleans()):
+        mask = rng.random(n) < 0.5
+        mask[rng.integers(n)] = True  # a loss needs at least one row
+    if multi_label:
+        soft = draw(st.booleans())
+        targets = rng.random((n, k)) if soft else (rng.random((n, k)) < 0.5).astype(float)
+    else:
+        targets = rng.integers(0, k, n)
+        if mask is not None:
+            targets[~mask] = -1  # placeholder label outside the mask: must not be read
+    return logits, targets, mask, float(rng.standard_normal())
+
+
+def naive_cross_entropy(logits, labels, mask, d_loss):
+    rows = np.flatnonzero(np.ones(len(labels), bool) if mask is None else mask)
+    loss = -np.mean([log_softmax(logits[i])[labels[i]] for i in rows])
+    d_logits = np.zeros_like(logits)
+    for i in rows:
+        d_logits[i] = softmax(logits[i]) - np.eye(logits.shape[1])[labels[i]]
+    return loss, d_logits * d_loss / len(rows)
+
+
+def naive_bce(logits, targets, mask, d_loss):
+    rows = np.ones(len(logits), bool) if mask is None else mask
+    z, t = logits[rows], targets[rows]
+    loss = -np.mean(t * log_expit(z) + (1 - t) * log_expit(-z))
+    d_logits = np.zeros_like(logits)
+    d_logits[rows] = (expit(z) - t) * d_loss / z.size
+    return loss, d_logits
+
+
+@given(cases())
+def test_cross_entropy_gradients_match_finite_differences(case):
+    logits, labels, mask, _ = case
+    report = check_gradients(CE, {}, (logits, labels), forward_kwargs={"mask": mask})
+    assert report.max_rel_error <= GRADCHECK_RTOL, report.table()
+
+
+@given(cases(multi_label=True))
+def test_bce_gradients_match_finite_differences(case):
+    logits, targets, mask, _ = case
+    report = check_gradients(
+        BCE, {}, (logits, targets), forward_kwargs={"mask": mask}, wrt_inputs=[0]
+    )
+    assert report.max_rel_error <= GRADCHECK_RTOL, report.table()
+
+
+@pytest.mark.parametrize(
+    ("block", "naive", "multi_label"),
+    [(CE, naive_cross_entropy, False), (BCE, naive_bce, True)],
+    ids=["cross_entropy", "bce"],
+)
+@given(data=st.data())
+def test_matches_scipy_formulation_and_leaves_inputs_untouched(block, naive, multi_label, data):
+    logits, targets, mask, d_loss = data.draw(cases(multi_label))
+    copies = [None if a is None else a.copy() for a in (logits, targets, mask)]
+    loss, cache = block.forward({}, logits, targets, mask)
+    d_logits, d_params = block.backward({}, cache, d_loss)
+
+    loss_naive, d_logits_naive = naive(logits, targets, mask, d_loss)
+    assert loss.shape == () and loss.dtype == np.float64
+    assert max_relative_error(loss, loss_naive) <= F64
+    assert max_relative_error(d_logits, d_logits_naive) <= F64
+    assert d_params == {}
+    for value, copy in zip((logits, targets, mask), copies, strict=True):
+        np.testing.assert_array_equal(value, copy)
+
+
+@pytest.mark.filterwarnings("error")  # an overflow in exp would be a RuntimeWarning
+def test_cross_entropy_extreme_logits_stay_finite():
+    logits = np.array([[1e3, -1e3, 0.0], [-1e3, 1e3, 0.0]])
+    loss, cache = CE.forward({}, logits, np.array([0, 0]))
+    d_logits, _ = CE.backward({}, cache, 1.0)
+    assert float(loss) == pytest.approx(1e3, rel=F64)  # mean of 0 and 2e3
+    # softmax saturates to one-hot rows; exp(-1e3) underflows to exactly 0
+    np.testing.assert_allclose(d_logits, [[0.0, 0.0, 0.0], [-0.5, 0.5, 0.0]], rtol=0, atol=F64)
+
+
+@pytest.mark.filterwarnings("error")
+def test_bce_extreme_logits_stay_finite():
+    logits = np.array([[1e3, -1e3, 1e3, -1e3]])
+    loss, cache = BCE.forward({}, logits, np.array([[1.0, 0.0, 0.0, 1.0]]))
+    d_logits, _ = BCE.backward({}, cache, 1.0)
+    assert float(loss) == pytest.approx(500.0, rel=F64)  # mean of 0, 0, 1e3, 1e3
+    np.testing.assert_array_equal(d_logits, [[0.0, 0.0, 0.25, -0.25]])
+
+
+@pytest.mark.parametrize("block", [CE, BCE], ids=["cross_entropy", "bce"])
+def test_rows_outside_the_mask_get_exactly_zero_gradient(block):
+    rng = np.random.default_rng(5)
+    logits, mask = rng.standard_normal((5, 3)), np.array([True, False, True, False, False])
+    targets = np.array([2, -7, 0, 99, -1]) if block is CE else rng.random((5, 3))
+    loss, cache = block.forward({}, logits, targets, mask)
+    d_logits, _ = block.backward({}, cache, 1.0)
+    np.testing.assert_array_equal(d_logits[~mask], 0.0)
+    # Equal to the loss over the selected rows alone (PyTorch: loss(logits[mask], ...)).
+    loss_selected, _ = block.forward({}, logits[mask], targets[mask])
+    assert max_relative_error(loss, loss_selected) <= F64
+
+
+def test_cross_entropy_with_one_class_is_zero():
+    loss, cache = CE.forward({}, np.array([[3.0], [-2.0]]), np.array([0, 0]))
+    d_logits, _ = CE.backward({}, cache, 1.0)
+    assert float(loss) == 0.0
+    np.testing.assert_array_equal(d_logits, 0.0)
+
+
+def test_bce_accepts_boolean_targets_exactly():
+    logits = np.random.default_rng(6).standard_normal((3, 2))
+    hard = np.array([[True, False], [False, False], [True, True]])
+    loss_bool, _ = BCE.forward({}, logits, hard)
+    loss_float, _ = BCE.forward({}, logits, hard.astype(np.float64))
+    assert float(loss_bool) == float(loss_float)
+
+
+@pytest.mark.parametrize("block", [CE, BCE], ids=["cross_entropy", "bce"])
+def test_float32_stays_float32_and_cotangent_forms_agree(block):
+    logits = np.random.default_rng(7).standard_normal((4, 3)).astype(np.float32)
+    targets = np.array([0, 2, 1, 1]) if block is CE else np.eye(4, 3, dtype=np.float32)
+    loss, cache = block.forward({}, logits, targets)
+    d_from_float, _ = block.backward({}, cache, 2.0)
+    d_from_array, _ = block.backward({}, cache, np.asarray(2.0, dtype=np.float32))
+    d_from_scalar, _ = block.backward({}, cache, np.float32(2.0))
+    assert loss.dtype == d_from_float.dtype == d_from_array.dtype == np.float32
+    np.testing.assert_array_equal(d_from_float, d_from_array)
+    np.testing.assert_array_equal(d_from_float, d_from_scalar)
+
+
+@pytest.mark.parametrize("backend", DEVICE_BACKENDS)
+@pytest.mark.parametrize("block", [CE, BCE], ids=["cross_entropy", "bce"])
+def test_backend_matches_numpy(block, backend):
+    rng = np.random.default_rng(8)
+    logits, mask = rng.standard_normal((5, 3)), np.array([True, False, True, True, False])
+    targets = np.array([2, -1, 0, 1, -1]) if block is CE else rng.random((5, 3))
+    loss, cache = block.forward({}, logits, targets, mask)
+    d_logits, _ = block.backward({}, cache, 0.7)
+
+    on = [asarray(a, backend=backend) for a in (logits, targets, mask)]
+    loss_b, cache_b = block.forward({}, *on)
+    d_loss_b = asarray(np.asarray(0.7), backend=backend)
+    d_logits_b, _ = block.backward({}, cache_b, d_loss_b)
+    assert loss_b.shape == ()
+    assert max_relative_error(to_numpy(loss_b), loss) <= F64
+    assert max_relative_error(to_numpy(d_logits_b), d_logits) <= F64
+
+
+LOGITS = np.zeros((3, 2))
+CE_ERRORS = [
+    ((LOGITS, np.array([0, 1, 0]), np.zeros(3, bool)), ValueError, r"mask selects no rows"),
+    ((LOGITS[:0], np.array([], int), None), ValueError, r"mask selects no rows"),
+    ((LOGITS, np.array([0, 2, 0]), None), ValueError, r"in \[0, K\) = \[0, 2\), got .*\[0, 2\]"),
+    ((LOGITS, np.array([0, -1, 0]), None), ValueError, r"must lie in \[0, K\)"),
+    ((LOGITS, np.array([0.0, 1.0, 0.0]), None), TypeError, r"labels must be an integer array"),
+    ((LOGITS, np.array([0, 1]), None), ValueError, r"labels must have shape \(N,\) = \(3,\)"),
+    ((LOGITS, np.array([0, 1, 0]), np.array([1, 0, 1])), TypeError, r"mask must be a boolean"),
+    ((LOGITS, np.array([0, 1, 0]), np.ones(2, bool)), ValueError, r"mask must have shape"),
+    ((LOGITS[0], np.array([0]), None), ValueError, r"logits must have shape \(N, K\)"),
+    ((LOGITS.astype(int), np.array([0, 1, 0]), None), TypeError, r"floating-point array"),
+    ((LOGITS + np.nan, np.array([0, 1, 0]), None), ValueError, r"logits contain NaN"),
+]
+BCE_ERRORS = [
+    ((LOGITS, np.zeros((3, 1)), None), ValueError, r"targets must have the logits' shape"),
+    ((LOGITS, np.full((3, 2), 1.5), None), ValueError, r"targets must lie in \[0, 1\]"),
+    ((LOGITS, np.full((3, 2), np.nan), None), ValueError, r"targets must lie in \[0, 1\]"),
+    ((LOGITS, np.zeros((3, 2), np.float32), None), TypeError, r"targets have dtype float32"),
+    ((LOGITS, np.zeros((3, 2)), np.zeros(3, bool)), ValueError, r"mask selects no rows"),
+]
+
+
+@pytest.mark.parametrize(
+    ("block", "inputs", "error", "message"),
+    [(CE, *case) for case in CE_ERRORS] + [(BCE, *case) for case in BCE_ERRORS],
+)
+def test_forward_rejects_bad_input_with_a_fix(block, inputs, error, message):
+    with pytest.raises(error, match=message):
+        block.forward({}, *inputs)
+
+
+@pytest.mark.parametrize("block", [CE, BCE], ids=["cross_entropy", "bce"])
+def test_backward_rejects_non_scalar_or_mistyped_cotangent(block):
+    _, cache = block.forward({}, LOGITS, np.array([0, 1, 0]) if block is CE else LOGITS)
+    with pytest.raises(ValueError, match=r"d_loss must be a scalar"):
+        block.backward({}, cache, np.ones(2))
+    with pytest.raises(TypeError, match=r"d_loss has dtype float32 but the loss was computed"):
+        block.backward({}, cache, np.asarray(1.0, dtype=np.float32))
+    with pytest.raises(TypeError, match=r"d_loss must be a number or a 0-d array"):
+        block.backward({}, cache, "1.0")
