@@ -52,9 +52,7 @@ __all__ = [
 ]
 
 # Modules whose checks run, in report order; importing one registers its checks.
-CHECK_MODULES: tuple[str, ...] = (
-    "softmax",
-)
+CHECK_MODULES: tuple[str, ...] = ("softmax",)
 
 
 def load_checks() -> dict[str, Check]:

@@ -89,15 +89,26 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m proofs_check",
         description="Evaluate every registered theorem check and print the table and errata.",
     )
-    parser.add_argument("--only", metavar="PATTERN",
-                        help="run checks (and list errata) whose id contains PATTERN, "
-                             "or matches it as a glob when it has * ? [")
+    parser.add_argument(
+        "--only",
+        metavar="PATTERN",
+        help="run checks (and list errata) whose id contains PATTERN, "
+        "or matches it as a glob when it has * ? [",
+    )
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    parser.add_argument("--cases", type=int, default=DEFAULT_CASES,
-                        help=f"random cases per check, on top of the fixed adversarial ones "
-                             f"(default {DEFAULT_CASES})")
-    parser.add_argument("--backend", choices=BACKENDS, default=None,
-                        help="array backend (default: the global one, REFIMPL_BACKEND or numpy)")
+    parser.add_argument(
+        "--cases",
+        type=int,
+        default=DEFAULT_CASES,
+        help=f"random cases per check, on top of the fixed adversarial ones "
+        f"(default {DEFAULT_CASES})",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default=None,
+        help="array backend (default: the global one, REFIMPL_BACKEND or numpy)",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the records as a JSON list")
     return parser
 

@@ -133,7 +133,9 @@ def _owner(array: Any) -> str | None:
     owner = getattr(type(array), "__refimpl_backend__", None)  # the strict stand-in
     if owner is not None:
         return owner
-    if type(array).__module__.split(".")[0] == "cupy" and hasattr(array, "__cuda_array_interface__"):
+    if type(array).__module__.split(".")[0] == "cupy" and hasattr(
+        array, "__cuda_array_interface__"
+    ):
         return "cupy"
     return None
 
@@ -176,8 +178,14 @@ def to_numpy(array: Any) -> np.ndarray:
     return _load(owner).asnumpy(array)
 
 
-_SEGMENT_EXPORTS = ("Segments", "gather", "scatter_add", "segment_max", "segment_softmax",
-                    "segment_sum")
+_SEGMENT_EXPORTS = (
+    "Segments",
+    "gather",
+    "scatter_add",
+    "segment_max",
+    "segment_softmax",
+    "segment_sum",
+)
 
 
 def __getattr__(name: str) -> Callable[..., Any]:

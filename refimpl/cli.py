@@ -27,8 +27,10 @@ def _demo(args: argparse.Namespace) -> int:
     graph = Graph.from_networkx(nx.karate_club_graph())
     x = rng.standard_normal((graph.num_nodes, 8))
     print("refimpl demo: graph attention on built-in synthetic data (no files needed)\n")
-    print(f"graph    Zachary's karate club (networkx): {graph.num_nodes} nodes, "
-          f"{graph.num_edges} directed edges, + {graph.num_nodes} self-loops added by the layer")
+    print(
+        f"graph    Zachary's karate club (networkx): {graph.num_nodes} nodes, "
+        f"{graph.num_edges} directed edges, + {graph.num_nodes} self-loops added by the layer"
+    )
     print(f"features x ~ N(0, 1), shape {x.shape}, float64, seed {args.seed}\n")
 
     conv = GATConv(8, 4, heads=2, version="v2")
@@ -40,14 +42,21 @@ def _demo(args: argparse.Namespace) -> int:
     d_x, d_params = conv.backward(params, cache, np.ones_like(out))
     print(f"forward  {conv}")
     print(f"         out {out.shape}; attention alpha {alpha.shape} (edges x heads)")
-    print(f"         node 0 attends over {into_zero.size} incoming edges; head 0's largest: "
-          + ", ".join(f"{edge_index[0, e]}->0: {alpha[e, 0]:.3f}" for e in top)
-          + f"; sum = {alpha[into_zero, 0].sum():.15f}")
-    print(f"backward d_x {d_x.shape}; d_params " + ", ".join(
-        f"{k} {v.shape}" for k, v in d_params.items()) + "\n")
+    print(
+        f"         node 0 attends over {into_zero.size} incoming edges; head 0's largest: "
+        + ", ".join(f"{edge_index[0, e]}->0: {alpha[e, 0]:.3f}" for e in top)
+        + f"; sum = {alpha[into_zero, 0].sum():.15f}"
+    )
+    print(
+        f"backward d_x {d_x.shape}; d_params "
+        + ", ".join(f"{k} {v.shape}" for k, v in d_params.items())
+        + "\n"
+    )
 
-    print(f"gradient check: hand-written backward vs central differences (eps = 1e-6, "
-          f"float64, random cotangent, tolerance {GRADCHECK_RTOL:.0e})")
+    print(
+        f"gradient check: hand-written backward vs central differences (eps = 1e-6, "
+        f"float64, random cotangent, tolerance {GRADCHECK_RTOL:.0e})"
+    )
     header = f"{'layer':<34} {'tensor':<16} {'checked':>9} {'max rel err':>12}  verdict"
     print(header)
     print("-" * len(header))
@@ -63,24 +72,33 @@ def _demo(args: argparse.Namespace) -> int:
         kwargs = {}
         if conv.dropout:
             num_edges = conv.prepare_graph(graph).num_edges
-            kwargs = {"training": True,
-                      "attn_dropout_mask": rng.random((num_edges, conv.heads)) >= conv.dropout}
-        report = check_gradients(conv, params, (x, graph), forward_kwargs=kwargs, rng=rng,
-                                 max_entries=40)
-        label = (f"GATConv {conv.version} H={conv.heads} "
-                 f"{'concat' if conv.concat else 'mean'}"
-                 f"{' shared' if conv.share_weights else ''}"
-                 f"{' dropout' if conv.dropout else ''}"
-                 f"{' no-loops' if not conv.add_self_loops else ''}")
+            kwargs = {
+                "training": True,
+                "attn_dropout_mask": rng.random((num_edges, conv.heads)) >= conv.dropout,
+            }
+        report = check_gradients(
+            conv, params, (x, graph), forward_kwargs=kwargs, rng=rng, max_entries=40
+        )
+        label = (
+            f"GATConv {conv.version} H={conv.heads} "
+            f"{'concat' if conv.concat else 'mean'}"
+            f"{' shared' if conv.share_weights else ''}"
+            f"{' dropout' if conv.dropout else ''}"
+            f"{' no-loops' if not conv.add_self_loops else ''}"
+        )
         for error in report.errors:
             verdict = "ok" if error.max_rel_error <= GRADCHECK_RTOL else "FAIL"
-            print(f"{label:<34} {error.name:<16} {f'{error.num_checked}/{error.size}':>9} "
-                  f"{error.max_rel_error:>12.2e}  {verdict}")
+            print(
+                f"{label:<34} {error.name:<16} {f'{error.num_checked}/{error.size}':>9} "
+                f"{error.max_rel_error:>12.2e}  {verdict}"
+            )
             label = ""
         worst = max(worst, report.max_rel_error)
     passed = worst <= GRADCHECK_RTOL
-    print(f"\nworst relative error {worst:.2e} ({'all within' if passed else 'ABOVE'} "
-          f"{GRADCHECK_RTOL:.0e}); {time.perf_counter() - started:.1f} s")
+    print(
+        f"\nworst relative error {worst:.2e} ({'all within' if passed else 'ABOVE'} "
+        f"{GRADCHECK_RTOL:.0e}); {time.perf_counter() - started:.1f} s"
+    )
     print("next: `python -m proofs_check` for the theorem checks, `pytest` for the test suite")
     return 0 if passed else 1
 

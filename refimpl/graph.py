@@ -110,15 +110,21 @@ class Graph:
         own = get_array_module(self._edge_index)
         if xp is own:
             return self._edge_index
-        return self._cached(("edge_index", xp.__name__), lambda: xp.asarray(to_numpy(self._edge_index)))
+        return self._cached(
+            ("edge_index", xp.__name__), lambda: xp.asarray(to_numpy(self._edge_index))
+        )
 
     def src_segments(self, xp: Any) -> Segments:
         """Edges grouped by source node: for scattering to sources (``index = src``)."""
-        return self._cached(("src", xp.__name__), lambda: Segments(self.edge_index_on(xp)[0], self.num_nodes))
+        return self._cached(
+            ("src", xp.__name__), lambda: Segments(self.edge_index_on(xp)[0], self.num_nodes)
+        )
 
     def dst_segments(self, xp: Any) -> Segments:
         """Edges grouped by target node ``v``: the neighbourhoods ``N(v)`` (``index = dst``)."""
-        return self._cached(("dst", xp.__name__), lambda: Segments(self.edge_index_on(xp)[1], self.num_nodes))
+        return self._cached(
+            ("dst", xp.__name__), lambda: Segments(self.edge_index_on(xp)[1], self.num_nodes)
+        )
 
     # -- degrees ---------------------------------------------------------------------
     def in_degree(self) -> Any:
@@ -138,7 +144,9 @@ class Graph:
 
     def remove_self_loops(self) -> Graph:
         """A graph without the edges ``(v, v)`` (PyG ``remove_self_loops``)."""
-        return self._cached("no_loops", lambda: Graph(self._edge_index[:, ~self.is_self_loop()], self.num_nodes))
+        return self._cached(
+            "no_loops", lambda: Graph(self._edge_index[:, ~self.is_self_loop()], self.num_nodes)
+        )
 
     def add_self_loops(self) -> Graph:
         """A graph with one edge ``(v, v)`` appended for every node (PyG ``add_self_loops``).

@@ -1,35 +1,50 @@
 """Checks at the public boundary: clear ``TypeError``/``ValueError`` messages, nothing silent.
 
 Every message says what was wrong and how to fix it. These run once per public
-call on whole arrays (the finiteness check is one reduction), never inside the
-math.
+call on whole arrays (the finiteness check is one reduction, a device sync on
+CuPy), never inside the math. All blocks and layers share them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import ModuleType
 from typing import Any
 
 from refimpl.backend import get_array_module, is_array
 
-__all__ = ["check_array", "check_finite", "check_params", "check_same_dtype"]
+__all__ = [
+    "check_array",
+    "check_cotangent",
+    "check_finite",
+    "check_input",
+    "check_params",
+    "check_same_dtype",
+]
 
 
-def check_array(value: Any, name: str, *, ndim: int | None = None, shape: tuple | None = None,
-                floating: bool = True) -> None:
-    """``value`` is a backend array of the given rank/shape (``None`` in ``shape`` = any)."""
+def check_array(
+    value: Any,
+    name: str,
+    *,
+    ndim: int | None = None,
+    shape: tuple | None = None,
+    floating: bool = True,
+) -> ModuleType:
+    """``value`` is a backend array of the given rank or shape (``None`` in ``shape`` = any).
+
+    Returns the array module of ``value``.
+    """
     if not is_array(value):
         raise TypeError(
-            f"{name} must be an array (numpy.ndarray or cupy.ndarray), got "
-            f"{type(value).__name__}; wrap it with numpy.asarray"
+            f"{name} must be an array (NumPy, CuPy or strict), got {type(value).__name__}; "
+            "convert with refimpl.backend.asarray"
         )
     if floating and value.dtype.kind != "f":
         raise TypeError(
             f"{name} must be a floating-point array, got dtype {value.dtype}; "
-            f"convert with {name}.astype(numpy.float64) (or float32)"
+            "convert with .astype(float)"
         )
-    if ndim is not None and value.ndim != ndim:
-        raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(value.shape)}")
     if shape is not None:
         expected = tuple(shape)
         if len(expected) != value.ndim or any(
@@ -37,27 +52,51 @@ def check_array(value: Any, name: str, *, ndim: int | None = None, shape: tuple 
         ):
             pretty = "(" + ", ".join("*" if e is None else str(e) for e in expected) + ")"
             raise ValueError(f"{name} must have shape {pretty}, got {tuple(value.shape)}")
+    elif ndim is not None and value.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(value.shape)}")
+    return get_array_module(value)
 
 
 def check_finite(value: Any, name: str) -> None:
-    """No NaN or Inf in ``value`` (one reduction; a device sync on CuPy)."""
+    """No NaN or infinity in ``value``."""
     xp = get_array_module(value)
-    if not bool(xp.isfinite(value).all()):
-        bad = int((~xp.isfinite(value)).sum())
+    finite = xp.isfinite(value)
+    if not bool(finite.all()):
         raise ValueError(
-            f"{name} contains {bad} non-finite value(s) (NaN or Inf); clean the input "
-            "(e.g. numpy.nan_to_num) or find where it overflowed"
+            f"{name} contains NaN or infinity ({int((~finite).sum())} of {value.size} entries); "
+            "check the step that produced it (learning rate, division by zero, log of zero)"
         )
 
 
+def check_input(value: Any, name: str = "x", **shape_kwargs: Any) -> ModuleType:
+    """A finite floating-point array (of the given ``ndim``/``shape``); returns its module."""
+    xp = check_array(value, name, **shape_kwargs)
+    check_finite(value, name)
+    return xp
+
+
+def check_cotangent(
+    d_out: Any, shape: tuple[int, ...], dtype: Any, *like: Any, name: str = "d_y"
+) -> ModuleType:
+    """``d_out`` matches the forward output's shape, dtype and backend (of ``like``)."""
+    if not is_array(d_out) or tuple(d_out.shape) != tuple(shape):
+        got = tuple(d_out.shape) if is_array(d_out) else type(d_out).__name__
+        raise ValueError(f"{name} must be an array of the output's shape {tuple(shape)}, got {got}")
+    if d_out.dtype != dtype:
+        raise TypeError(
+            f"{name} has dtype {d_out.dtype} but the forward ran in {dtype}; cast {name} to {dtype}"
+        )
+    return get_array_module(d_out, *like)  # TypeError if d_out is on another backend
+
+
 def check_same_dtype(values: Mapping[str, Any], reference: Any, reference_name: str) -> None:
-    """Every array in ``values`` has ``reference``'s dtype: nothing is silently cast."""
+    """Every parameter in ``values`` has ``reference``'s dtype: nothing is silently cast."""
     for name, value in values.items():
         if value.dtype != reference.dtype:
             raise TypeError(
-                f"dtype mismatch: {reference_name} is {reference.dtype} but {name} is "
-                f"{value.dtype}; cast the parameters or the input so both have one dtype "
-                f"(e.g. {{k: v.astype({reference_name}.dtype) for k, v in params.items()}})"
+                f"{reference_name} has dtype {reference.dtype} but params[{name!r}] has dtype "
+                f"{value.dtype}; cast {reference_name} or the parameters so that all share "
+                "one float dtype"
             )
 
 
@@ -74,5 +113,4 @@ def check_params(params: Any, shapes: Mapping[str, tuple], owner: str) -> None:
             f"{list(shapes)})"
         )
     for name, shape in shapes.items():
-        check_array(params[name], f"params[{name!r}]", shape=shape)
-        check_finite(params[name], f"params[{name!r}]")
+        check_input(params[name], f"params[{name!r}]", shape=shape)

@@ -99,8 +99,9 @@ def test_cupy_missing_names_the_gpu_extra():
 def test_environment_variable_selects_backend_at_import():
     code = "import refimpl.backend as b; print(b.get_backend())"
     env = dict(os.environ, REFIMPL_BACKEND="strict")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == "strict"
     env["REFIMPL_BACKEND"] = "nonsense"
     failed = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
@@ -124,8 +125,11 @@ def test_get_array_module():
 
 
 def test_get_array_module_refuses_mixed_backends():
-    with pytest.raises(TypeError, match=r"different backends were mixed \(numpy, strict\).*"
-                                        r"refimpl\.backend\.asarray"):
+    with pytest.raises(
+        TypeError,
+        match=r"different backends were mixed \(numpy, strict\).*"
+        r"refimpl\.backend\.asarray",
+    ):
         backend.get_array_module(np.zeros(2), strict.zeros(2))
 
 
@@ -280,8 +284,10 @@ def test_strict_arithmetic_and_in_place():
     x = strict.asarray([1.0, 2.0, 3.0])
     y = (x * 2 + 1) / x - x**2
     assert isinstance(y, StrictArray)
-    np.testing.assert_allclose(strict.asnumpy(y), (np.array([1.0, 2, 3]) * 2 + 1)
-                               / np.array([1.0, 2, 3]) - np.array([1.0, 2, 3]) ** 2)
+    np.testing.assert_allclose(
+        strict.asnumpy(y),
+        (np.array([1.0, 2, 3]) * 2 + 1) / np.array([1.0, 2, 3]) - np.array([1.0, 2, 3]) ** 2,
+    )
     z = x
     z += 1
     z *= 2

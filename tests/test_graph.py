@@ -48,8 +48,12 @@ def test_construction_copies_the_input():
 
 @pytest.mark.parametrize(
     "edge_index",
-    [np.zeros((3, 2), dtype=np.int64), np.zeros(4, dtype=np.int64), np.zeros((2, 2, 1), dtype=int),
-     [[0, 1]]],
+    [
+        np.zeros((3, 2), dtype=np.int64),
+        np.zeros(4, dtype=np.int64),
+        np.zeros((2, 2, 1), dtype=int),
+        [[0, 1]],
+    ],
     ids=["(E,2)", "1-D", "3-D", "one-row"],
 )
 def test_wrong_shape_is_a_value_error(edge_index):
@@ -127,7 +131,12 @@ def test_add_self_loops_appends_one_per_node_and_keeps_existing():
     assert _edges(looped) == [(0, 1), (1, 1), (2, 0), (0, 0), (1, 1), (2, 2)]
     assert _edges(graph) == [(0, 1), (1, 1), (2, 0)]  # the original is untouched
     assert _edges(graph.remove_self_loops().add_self_loops()) == [
-        (0, 1), (2, 0), (0, 0), (1, 1), (2, 2)]
+        (0, 1),
+        (2, 0),
+        (0, 0),
+        (1, 1),
+        (2, 2),
+    ]
 
 
 def test_remove_self_loops():
@@ -187,12 +196,16 @@ def test_from_networkx_multigraph_keeps_parallel_edges():
 
 
 @pytest.mark.parametrize(
-    "nodes", [["a", "b"], [1, 2], [0, "a"], [0, 2]], ids=["strings", "from-one", "mixed", "gap"])
+    "nodes", [["a", "b"], [1, 2], [0, "a"], [0, 2]], ids=["strings", "from-one", "mixed", "gap"]
+)
 def test_from_networkx_needs_integer_labels_from_zero(nodes):
     nx_graph = nx.Graph()
     nx_graph.add_nodes_from(nodes)
-    with pytest.raises(ValueError, match=r"nodes must be the integers 0\.\.N-1.*"
-                                         r"convert_node_labels_to_integers"):
+    with pytest.raises(
+        ValueError,
+        match=r"nodes must be the integers 0\.\.N-1.*"
+        r"convert_node_labels_to_integers",
+    ):
         Graph.from_networkx(nx_graph)
 
 
@@ -240,8 +253,11 @@ def test_to_dense_adjacency_against_naive_counts(graph):
 
 
 def test_to_dense_adjacency_refuses_huge_graphs():
-    with pytest.raises(ValueError, match=r"for small graphs \(num_nodes <= 10000\); "
-                                         r"this one has 10001 nodes"):
+    with pytest.raises(
+        ValueError,
+        match=r"for small graphs \(num_nodes <= 10000\); "
+        r"this one has 10001 nodes",
+    ):
         Graph([], 10_001).to_dense_adjacency()
 
 
@@ -264,8 +280,9 @@ def test_to_backend_round_trip():
     assert to_numpy(on_strict.out_degree()).tolist() == [1, 2, 0]
     assert _edges(on_strict.add_self_loops()) == _edges(graph.add_self_loops())
     assert _edges(on_strict.remove_self_loops()) == _edges(graph.remove_self_loops())
-    np.testing.assert_array_equal(to_numpy(on_strict.to_dense_adjacency()),
-                                  graph.to_dense_adjacency())
+    np.testing.assert_array_equal(
+        to_numpy(on_strict.to_dense_adjacency()), graph.to_dense_adjacency()
+    )
 
 
 def test_edge_index_on_is_cached():

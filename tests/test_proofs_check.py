@@ -25,8 +25,14 @@ from refimpl.ops.segment import segment_softmax
 from tests.strategies import graphs, seeds
 
 RECORD_TYPES = {
-    "id": str, "paper": str, "statement": str, "bound": float, "measured": float,
-    "margin": float, "passed": bool, "n_cases": int,
+    "id": str,
+    "paper": str,
+    "statement": str,
+    "bound": float,
+    "measured": float,
+    "margin": float,
+    "passed": bool,
+    "n_cases": int,
 }
 FAST = 8  # random cases per check in these tests: the fixed adversarial cases always run
 REPO = Path(__file__).resolve().parents[1]
@@ -47,8 +53,11 @@ def _half(scores):
 # -- records and registry -------------------------------------------------------------------
 def test_the_first_checks_are_registered_in_order():
     assert CHECK_IDS[:5] == [
-        "softmax.rows_sum_to_one", "lipschitznorm.lemma2.lower", "lipschitznorm.lemma2.upper",
-        "lipschitznorm.eq10", "softmax.dense_matches_segment",
+        "softmax.rows_sum_to_one",
+        "lipschitznorm.lemma2.lower",
+        "lipschitznorm.lemma2.upper",
+        "lipschitznorm.eq10",
+        "softmax.dense_matches_segment",
     ]
 
 
@@ -123,10 +132,24 @@ def test_a_check_that_evaluates_no_case_fails(monkeypatch):
 @pytest.mark.parametrize(
     ("broken", "failing"),
     [
-        (_not_normalised, {"softmax.rows_sum_to_one", "lipschitznorm.lemma2.upper",
-                           "lipschitznorm.eq10", "softmax.dense_matches_segment"}),
-        (_half, {"softmax.rows_sum_to_one", "lipschitznorm.lemma2.lower",
-                 "lipschitznorm.eq10", "softmax.dense_matches_segment"}),
+        (
+            _not_normalised,
+            {
+                "softmax.rows_sum_to_one",
+                "lipschitznorm.lemma2.upper",
+                "lipschitznorm.eq10",
+                "softmax.dense_matches_segment",
+            },
+        ),
+        (
+            _half,
+            {
+                "softmax.rows_sum_to_one",
+                "lipschitznorm.lemma2.lower",
+                "lipschitznorm.eq10",
+                "softmax.dense_matches_segment",
+            },
+        ),
     ],
 )
 def test_a_broken_row_softmax_fails_its_checks_and_the_cli(monkeypatch, broken, failing):
@@ -154,7 +177,11 @@ def test_cli_writes_a_json_list_and_exits_zero(tmp_path):
     path = tmp_path / "records.json"
     done = subprocess.run(
         [sys.executable, "-m", "proofs_check", "--cases", str(FAST), "--json", str(path)],
-        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     records = json.loads(path.read_text())

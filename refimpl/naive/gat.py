@@ -54,7 +54,10 @@ def gat_forward(
             scores = []
             for _, u in incoming:
                 if conv.version == "v1":
-                    raw = params["att_src"][head] @ h_src[u][head] + params["att_dst"][head] @ h_dst[v][head]
+                    raw = (
+                        params["att_src"][head] @ h_src[u][head]
+                        + params["att_dst"][head] @ h_dst[v][head]
+                    )
                     scores.append(float(_leaky_relu(raw, slope)))
                 else:
                     hidden = _leaky_relu(h_src[u][head] + h_dst[v][head], slope)

@@ -117,8 +117,9 @@ def dense_masked_softmax(scores: np.ndarray, adjacency: np.ndarray) -> np.ndarra
             continue
         for f in np.ndindex(*feature_shape):
             top = max(float(scores[(u, v, *f)]) for u in sources)
-            weights = {u: int(adjacency[u, v]) * math.exp(float(scores[(u, v, *f)]) - top)
-                       for u in sources}
+            weights = {
+                u: int(adjacency[u, v]) * math.exp(float(scores[(u, v, *f)]) - top) for u in sources
+            }
             total = sum(weights.values())
             for u in sources:
                 alpha[(u, v, *f)] = weights[u] / total

@@ -54,7 +54,7 @@ from refimpl.ops.activations import LeakyReLU
 from refimpl.ops.dropout import Dropout
 from refimpl.ops.propagate import propagate, propagate_backward
 from refimpl.ops.segment import gather, segment_softmax, segment_softmax_backward, segment_sum
-from refimpl.validation import check_array, check_finite, check_params, check_same_dtype
+from refimpl.validation import check_cotangent, check_input, check_params, check_same_dtype
 
 __all__ = ["GATCache", "GATConv"]
 
@@ -218,8 +218,9 @@ class GATConv:
         # F9 bias
         if self.bias:
             out = out + params["bias"]
-        cache = GATCache(x, graph, h_src, h_dst, pre, act_cache, act, alpha, dropout_cache,
-                         alpha_dropped)
+        cache = GATCache(
+            x, graph, h_src, h_dst, pre, act_cache, act, alpha, dropout_cache, alpha_dropped
+        )
         return out, cache
 
     # -- backward ----------------------------------------------------------------------
@@ -231,7 +232,7 @@ class GATConv:
         xp = get_array_module(x)
         num_nodes, heads, channels = x.shape[0], self.heads, self.out_channels
         out_shape = (num_nodes, heads * channels) if self.concat else (num_nodes, channels)
-        check_array(d_out, "d_out", shape=out_shape)
+        check_cotangent(d_out, out_shape, x.dtype, x, name="d_out")
         src, dst = graph.src_segments(xp), graph.dst_segments(xp)
         leaky = LeakyReLU(self.negative_slope)
         d_params: dict[str, Any] = {}
@@ -293,7 +294,8 @@ class GATConv:
 
     def _check_inputs(self, params: dict[str, Any], x: Any, graph: Graph) -> Graph:
         check_params(params, self.param_shapes(), "GATConv")
-        check_array(x, "x", shape=(None, self.in_channels))
+        check_input(x, "x", shape=(None, self.in_channels))
+        get_array_module(x, *params.values())  # TypeError if x and params are on two backends
         if not isinstance(graph, Graph):
             raise TypeError(f"graph must be a refimpl.Graph, got {type(graph).__name__}")
         if x.shape[0] != graph.num_nodes:
@@ -301,6 +303,5 @@ class GATConv:
                 f"x has {x.shape[0]} rows but the graph has {graph.num_nodes} nodes; "
                 "x must hold one feature row per node"
             )
-        check_finite(x, "x")
         check_same_dtype(params, x, "x")
         return self.prepare_graph(graph)

@@ -23,7 +23,7 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from refimpl.backend import get_array_module, is_array
+from refimpl.validation import check_cotangent, check_input
 
 __all__ = [
     "ACTIVATIONS",
@@ -67,14 +67,14 @@ class ReLU:
     """
 
     def forward(self, params: dict[str, Any], x: Any) -> tuple[Any, SignCache]:
-        xp = _check_input(x)
+        xp = check_input(x)
         positive = x > 0  # (*S,) bool
         return xp.where(positive, x, 0), SignCache(positive, x.dtype)
 
     def backward(
         self, params: dict[str, Any], cache: SignCache, d_y: Any
     ) -> tuple[Any, dict[str, Any]]:
-        xp = _check_cotangent(d_y, cache.positive.shape, cache.dtype, cache.positive)
+        xp = check_cotangent(d_y, cache.positive.shape, cache.dtype, cache.positive)
         return xp.where(cache.positive, d_y, 0), {}
 
 
@@ -93,14 +93,14 @@ class LeakyReLU:
         _check_real("negative_slope", self.negative_slope)
 
     def forward(self, params: dict[str, Any], x: Any) -> tuple[Any, SignCache]:
-        xp = _check_input(x)
+        xp = check_input(x)
         positive = x > 0  # (*S,) bool
         return xp.where(positive, x, self.negative_slope * x), SignCache(positive, x.dtype)
 
     def backward(
         self, params: dict[str, Any], cache: SignCache, d_y: Any
     ) -> tuple[Any, dict[str, Any]]:
-        xp = _check_cotangent(d_y, cache.positive.shape, cache.dtype, cache.positive)
+        xp = check_cotangent(d_y, cache.positive.shape, cache.dtype, cache.positive)
         return xp.where(cache.positive, d_y, self.negative_slope * d_y), {}
 
 
@@ -121,7 +121,7 @@ class ELU:
         _check_real("alpha", self.alpha)
 
     def forward(self, params: dict[str, Any], x: Any) -> tuple[Any, ELUCache]:
-        xp = _check_input(x)
+        xp = check_input(x)
         negative_part = self.alpha * xp.expm1(xp.minimum(x, 0))  # (*S,), expm1: exact near 0
         return xp.where(x > 0, x, negative_part), ELUCache(x)
 
@@ -129,7 +129,7 @@ class ELU:
         self, params: dict[str, Any], cache: ELUCache, d_y: Any
     ) -> tuple[Any, dict[str, Any]]:
         x = cache.x
-        xp = _check_cotangent(d_y, x.shape, x.dtype, x)
+        xp = check_cotangent(d_y, x.shape, x.dtype, x)
         slope = self.alpha * xp.exp(xp.minimum(x, 0))  # (*S,), = alpha at x = 0
         return xp.where(x > 0, d_y, slope * d_y), {}
 
@@ -143,13 +143,13 @@ class Identity:
     """
 
     def forward(self, params: dict[str, Any], x: Any) -> tuple[Any, IdentityCache]:
-        _check_input(x)
+        check_input(x)
         return x, IdentityCache(tuple(x.shape), x.dtype)
 
     def backward(
         self, params: dict[str, Any], cache: IdentityCache, d_y: Any
     ) -> tuple[Any, dict[str, Any]]:
-        _check_cotangent(d_y, cache.shape, cache.dtype)
+        check_cotangent(d_y, cache.shape, cache.dtype)
         return d_y, {}
 
 
@@ -177,35 +177,3 @@ def get_activation(name: str, **kwargs: Any) -> ReLU | LeakyReLU | ELU | Identit
 def _check_real(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         raise ValueError(f"{name} must be a finite real number, got {value!r}")
-
-
-def _check_input(x: Any) -> Any:
-    """Validate an activation's input; return its array module."""
-    if not is_array(x):
-        raise TypeError(
-            f"x must be an array (NumPy, CuPy or strict), got {type(x).__name__}; "
-            "convert with refimpl.backend.asarray"
-        )
-    if x.dtype.kind != "f":
-        raise TypeError(
-            f"x must be a floating-point array, got dtype {x.dtype}; convert with .astype(float)"
-        )
-    xp = get_array_module(x)
-    if not bool(xp.isfinite(x).all()):
-        raise ValueError(
-            "x contains NaN or infinity; check the step that produced it (learning rate, "
-            "division by zero, log of zero)"
-        )
-    return xp
-
-
-def _check_cotangent(d_y: Any, shape: tuple[int, ...], dtype: Any, cached: Any = None) -> Any:
-    """Validate ``d_y`` against the output's shape and dtype; return its array module."""
-    if not is_array(d_y) or tuple(d_y.shape) != tuple(shape):
-        got = tuple(d_y.shape) if is_array(d_y) else type(d_y).__name__
-        raise ValueError(f"d_y must be an array of the output's shape {tuple(shape)}, got {got}")
-    if d_y.dtype != dtype:
-        raise TypeError(
-            f"d_y has dtype {d_y.dtype} but the forward ran in {dtype}; cast d_y to {dtype}"
-        )
-    return get_array_module(d_y, cached)  # TypeError if d_y is on another backend

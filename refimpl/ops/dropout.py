@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from refimpl.backend import get_array_module, is_array
+from refimpl.validation import check_cotangent, check_input
 
 __all__ = ["Dropout", "DropoutCache"]
 
@@ -77,7 +78,7 @@ class Dropout:
         rng: Any = None,
         mask: Any = None,
     ) -> tuple[Any, DropoutCache]:
-        xp = _check_input(x)
+        xp = check_input(x)
         if not training or self.p == 0:
             return x, DropoutCache(None, tuple(x.shape), x.dtype)
         # F1 the keep-mask: given, or drawn on the host and moved to x's backend
@@ -98,39 +99,12 @@ class Dropout:
     def backward(
         self, params: dict[str, Any], cache: DropoutCache, d_y: Any
     ) -> tuple[Any, dict[str, Any]]:
-        if not is_array(d_y) or tuple(d_y.shape) != cache.shape:
-            got = tuple(d_y.shape) if is_array(d_y) else type(d_y).__name__
-            raise ValueError(f"d_y must be an array of the output's shape {cache.shape}, got {got}")
-        if d_y.dtype != cache.dtype:
-            raise TypeError(
-                f"d_y has dtype {d_y.dtype} but the forward ran in {cache.dtype}; "
-                f"cast d_y to {cache.dtype}"
-            )
+        like = () if cache.scaled_mask is None else (cache.scaled_mask,)
+        check_cotangent(d_y, cache.shape, cache.dtype, *like)
         if cache.scaled_mask is None:
             return d_y, {}
-        get_array_module(d_y, cache.scaled_mask)  # TypeError if d_y is on another backend
         # B2 (of F2) and B1 (of F1): the mask is a constant, so only the scaling flows back
         return d_y * cache.scaled_mask, {}
-
-
-def _check_input(x: Any) -> Any:
-    """Validate dropout's input; return its array module."""
-    if not is_array(x):
-        raise TypeError(
-            f"x must be an array (NumPy, CuPy or strict), got {type(x).__name__}; "
-            "convert with refimpl.backend.asarray"
-        )
-    if x.dtype.kind != "f":
-        raise TypeError(
-            f"x must be a floating-point array, got dtype {x.dtype}; convert with .astype(float)"
-        )
-    xp = get_array_module(x)
-    if not bool(xp.isfinite(x).all()):
-        raise ValueError(
-            "x contains NaN or infinity (dropout would pass NaN through, since 0 * inf is NaN); "
-            "check the step that produced it"
-        )
-    return xp
 
 
 def _check_mask(mask: Any, x: Any) -> None:
@@ -146,4 +120,3 @@ def _check_mask(mask: Any, x: Any) -> None:
             f"dropout mask has shape {tuple(mask.shape)} but x has {tuple(x.shape)}; "
             "the mask must have exactly x's shape"
         )
-

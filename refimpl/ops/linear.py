@@ -14,7 +14,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from refimpl.backend import asarray, get_array_module, is_array
+from refimpl.backend import asarray, get_array_module
+from refimpl.validation import check_cotangent, check_input, check_params, check_same_dtype
 
 __all__ = ["Linear", "LinearCache"]
 
@@ -58,6 +59,13 @@ class Linear:
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"Linear {name} must be a positive int, got {value!r}")
 
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Names and shapes of the parameters, in order."""
+        shapes = {"W": (self.out_features, self.in_features)}
+        if self.bias:
+            shapes["b"] = (self.out_features,)
+        return shapes
+
     def init_params(
         self, rng: np.random.Generator, backend: str | None = None, dtype: Any = np.float64
     ) -> dict[str, Any]:
@@ -75,24 +83,16 @@ class Linear:
 
     def forward(self, params: dict[str, Any], x: Any) -> tuple[Any, LinearCache]:
         """``y = x W^T + b``: x (N, in) -> y (N, out), and the cache."""
-        self._check_params(params)
-        _check_array("x", x, "(N, in_features)", ndim=2)
-        if x.shape[1] != self.in_features:
-            raise ValueError(
-                f"Linear expects x of shape (N, {self.in_features}), got {tuple(x.shape)}; "
-                "the last axis must be in_features"
-            )
-        weight = params["W"]
+        check_params(params, self.param_shapes(), "Linear")
+        check_input(x, "x", shape=(None, self.in_features))
         get_array_module(x, *params.values())  # TypeError if x and params live on two backends
-        if x.dtype != weight.dtype:
-            raise TypeError(
-                f"x has dtype {x.dtype} but W has dtype {weight.dtype}; cast x with "
-                f"x.astype(W.dtype), or create the parameters with init_params(dtype={x.dtype})"
-            )
-        _check_finite("x", x)
-        y = x @ weight.T  # (N, out)
+        check_same_dtype(params, x, "x")
+        weight = params["W"]
+        # F1 the linear map
+        y = x @ weight.T  # (N, in) @ (in, out) -> (N, out)
         if self.bias:
-            y = y + params["b"]  # (N, out) + (out,) broadcast over rows
+            # F2 the bias, broadcast over rows
+            y = y + params["b"]  # (N, out) + (out,)
         return y, LinearCache(x)
 
     def backward(
@@ -101,67 +101,12 @@ class Linear:
         """Gradients of ``<d_y, y>``: ``(d_x (N, in), {"W": (out, in), "b": (out,)})``."""
         x, weight = cache.x, params["W"]
         expected = (x.shape[0], self.out_features)
-        _check_cotangent(d_y, expected, x.dtype)
+        check_cotangent(d_y, expected, x.dtype, x)
+        d_params = {}
+        if self.bias:
+            # B2 (of F2) the adjoint of broadcasting over rows is the sum over rows
+            d_params["b"] = d_y.sum(axis=0)  # (out,)
+        # B1 (of F1)
         d_x = d_y @ weight  # (N, out) @ (out, in) -> (N, in)
-        d_params = {"W": d_y.T @ x}  # (out, N) @ (N, in) -> (out, in)
-        if self.bias:
-            d_params["b"] = d_y.sum(axis=0)  # adjoint of broadcast over rows: sum, (out,)
-        return d_x, d_params
-
-    def _check_params(self, params: dict[str, Any]) -> None:
-        expected = {"W": (self.out_features, self.in_features)}
-        if self.bias:
-            expected["b"] = (self.out_features,)
-        if set(params) != set(expected):
-            raise ValueError(
-                f"Linear(bias={self.bias}) expects params with keys {sorted(expected)}, got "
-                f"{sorted(params)}; create them with Linear.init_params"
-            )
-        for name, shape in expected.items():
-            value = params[name]
-            _check_array(name, value, str(shape), ndim=len(shape))
-            if tuple(value.shape) != shape:
-                raise ValueError(
-                    f"Linear({self.in_features}, {self.out_features}) expects {name} of shape "
-                    f"{shape}, got {tuple(value.shape)} (W is (out, in), as in PyTorch)"
-                )
-            if value.dtype != params["W"].dtype:
-                raise TypeError(
-                    f"b has dtype {value.dtype} but W has {params['W'].dtype}; "
-                    "cast both to one float dtype"
-                )
-            _check_finite(name, value)
-
-
-def _check_array(name: str, value: Any, shape: str, ndim: int) -> None:
-    if not is_array(value):
-        raise TypeError(
-            f"{name} must be an array (NumPy, CuPy or strict), got {type(value).__name__}; "
-            "convert with refimpl.backend.asarray"
-        )
-    if value.dtype.kind != "f":
-        raise TypeError(
-            f"{name} must be a floating-point array, got dtype {value.dtype}; "
-            "convert with .astype(float)"
-        )
-    if value.ndim != ndim:
-        raise ValueError(f"{name} must have shape {shape}, got {tuple(value.shape)}")
-
-
-def _check_finite(name: str, value: Any) -> None:
-    xp = get_array_module(value)
-    if not bool(xp.isfinite(value).all()):
-        raise ValueError(
-            f"{name} contains NaN or infinity; check the previous step (learning rate, "
-            "division by zero, log of zero) before calling Linear"
-        )
-
-
-def _check_cotangent(d_y: Any, shape: tuple[int, ...], dtype: Any) -> None:
-    if not is_array(d_y) or tuple(d_y.shape) != shape:
-        got = tuple(d_y.shape) if is_array(d_y) else type(d_y).__name__
-        raise ValueError(f"d_y must be an array of the output's shape {shape}, got {got}")
-    if d_y.dtype != dtype:
-        raise TypeError(
-            f"d_y has dtype {d_y.dtype} but the forward ran in {dtype}; cast d_y to {dtype}"
-        )
+        d_params["W"] = d_y.T @ x  # (out, N) @ (N, in) -> (out, in)
+        return d_x, {name: d_params[name] for name in params}  # keyed (and ordered) as params

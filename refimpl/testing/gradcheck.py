@@ -19,8 +19,9 @@ Error measure, per tensor: ``max |analytic - numeric| / scale`` with
 differences resolve a derivative only down to ``resolution = 64 u sum|c * out| /
 eps``: the rounding in ``L`` divided by the step, with ``u`` the float64 unit
 roundoff and 64 allowing a few dozen roundings per output entry along the
-forward pass (observed: up to ~1.3 u sum|c * out| / eps on one-edge graphs). A gradient that is zero by cancellation (the shift invariance of a
-softmax, say) cannot be judged relative to itself; flooring its scale at
+forward pass (observed: up to ~1.3 u sum|c * out| / eps on one-edge graphs).
+A gradient that is zero by cancellation (the shift invariance of a softmax,
+say) cannot be judged relative to itself; flooring its scale at
 ``resolution / rtol`` means a correct backward always passes at ``rtol`` while
 any error larger than the resolution still fails.
 """
@@ -45,7 +46,6 @@ __all__ = [
 ]
 
 _ROUNDINGS = 64  # roundings per output entry allowed in the forward (see the module docstring)
-
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ def max_relative_error(actual: Any, expected: Any) -> float:
 
 
 def relative_errors(actual: Mapping[str, Any], expected: Mapping[str, Any]) -> dict[str, float]:
-    """Per tensor ``max |actual - expected|``, divided by the largest entry of *any* expected tensor.
+    """Per tensor ``max |actual - expected|``, over the largest entry of *any* expected tensor.
 
     For comparing two formulations of the same gradients: their differences are
     rounding in sums whose terms are on the scale of the whole set, so a
@@ -108,8 +108,10 @@ def relative_errors(actual: Mapping[str, Any], expected: Mapping[str, Any]) -> d
     """
     if set(actual) != set(expected):
         raise ValueError(f"keys differ: {sorted(actual)} vs {sorted(expected)}")
-    host = {k: (to_numpy(actual[k]).astype(np.float64), to_numpy(expected[k]).astype(np.float64))
-            for k in expected}
+    host = {
+        k: (to_numpy(actual[k]).astype(np.float64), to_numpy(expected[k]).astype(np.float64))
+        for k in expected
+    }
     scale = max((float(np.max(np.abs(b), initial=0.0)) for _, b in host.values()), default=0.0)
     scale = max(scale, np.finfo(np.float64).tiny)
     errors = {}
@@ -196,7 +198,9 @@ def check_gradients(
     if cotangent is None:
         cotangent = xp.asarray(rng.standard_normal(out.shape))
 
-    resolution = _ROUNDINGS * np.finfo(np.float64).eps * float(xp.sum(xp.abs(cotangent * out))) / eps
+    resolution = (
+        _ROUNDINGS * np.finfo(np.float64).eps * float(xp.sum(xp.abs(cotangent * out))) / eps
+    )
     d_inputs, d_params = block.backward(params, cache, cotangent)
     d_inputs = _as_tuple(d_inputs, len(wrt_inputs))
     analytic = [to_numpy(d) for d in d_inputs] + [to_numpy(d_params[name]) for name in params]

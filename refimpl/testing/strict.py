@@ -178,14 +178,20 @@ class StrictArray:
         self._data[_unwrap(key)] = _unwrap(value)
 
     # -- operators ---------------------------------------------------------------
-    __add__, __radd__, __iadd__ = _binary(operator.add), _reflected(operator.add), _inplace(
-        operator.iadd
+    __add__, __radd__, __iadd__ = (
+        _binary(operator.add),
+        _reflected(operator.add),
+        _inplace(operator.iadd),
     )
-    __sub__, __rsub__, __isub__ = _binary(operator.sub), _reflected(operator.sub), _inplace(
-        operator.isub
+    __sub__, __rsub__, __isub__ = (
+        _binary(operator.sub),
+        _reflected(operator.sub),
+        _inplace(operator.isub),
     )
-    __mul__, __rmul__, __imul__ = _binary(operator.mul), _reflected(operator.mul), _inplace(
-        operator.imul
+    __mul__, __rmul__, __imul__ = (
+        _binary(operator.mul),
+        _reflected(operator.mul),
+        _inplace(operator.imul),
     )
     __truediv__, __rtruediv__, __itruediv__ = (
         _binary(operator.truediv),
@@ -204,17 +210,17 @@ class StrictArray:
     __eq__, __ne__ = _binary(operator.eq), _binary(operator.ne)  # type: ignore[assignment]
     __hash__ = None  # type: ignore[assignment]
 
-    def __neg__(self) -> StrictArray:
-        return StrictArray(-self._data)
+    def __neg__(self) -> Any:
+        return _wrap(-self._data)
 
-    def __pos__(self) -> StrictArray:
-        return StrictArray(+self._data)
+    def __pos__(self) -> Any:
+        return _wrap(+self._data)
 
-    def __abs__(self) -> StrictArray:
-        return StrictArray(abs(self._data))
+    def __abs__(self) -> Any:
+        return _wrap(abs(self._data))
 
-    def __invert__(self) -> StrictArray:
-        return StrictArray(~self._data)
+    def __invert__(self) -> Any:
+        return _wrap(~self._data)
 
 
 class _StrictUfunc:

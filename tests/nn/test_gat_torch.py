@@ -23,7 +23,9 @@ torch = pytest.importorskip("torch")
 RTOL = 1e2 * FORWARD_RTOL[np.dtype(np.float64)]
 
 
-def torch_gat(conv: object, params: dict, x: object, edge_index: np.ndarray, keep: object) -> object:
+def torch_gat(
+    conv: object, params: dict, x: object, edge_index: np.ndarray, keep: object
+) -> object:
     """GATConv forward in torch, PyG semantics, for autograd to differentiate."""
     n, heads, channels = x.shape[0], conv.heads, conv.out_channels
     src, dst = (torch.as_tensor(row) for row in edge_index)
@@ -33,7 +35,7 @@ def torch_gat(conv: object, params: dict, x: object, edge_index: np.ndarray, kee
         src, dst = torch.cat([src[not_loop], loops]), torch.cat([dst[not_loop], loops])
     if conv.version == "v1":
         h_src = h_dst = (x @ params["W"].T).view(n, heads, channels)
-        pre = ((h_src * params["att_src"]).sum(-1)[src] + (h_dst * params["att_dst"]).sum(-1)[dst])
+        pre = (h_src * params["att_src"]).sum(-1)[src] + (h_dst * params["att_dst"]).sum(-1)[dst]
         scores = torch.nn.functional.leaky_relu(pre, conv.negative_slope)
     else:
         h_src = (x @ params["W_s"].T).view(n, heads, channels)
@@ -41,9 +43,11 @@ def torch_gat(conv: object, params: dict, x: object, edge_index: np.ndarray, kee
         h_dst = (x @ w_t.T).view(n, heads, channels)
         hidden = torch.nn.functional.leaky_relu(h_src[src] + h_dst[dst], conv.negative_slope)
         scores = (hidden * params["att"]).sum(-1)
-    top = torch.full((n, heads), -torch.inf, dtype=x.dtype).scatter_reduce(
-        0, dst[:, None].expand(-1, heads), scores, reduce="amax"
-    ).detach()
+    top = (
+        torch.full((n, heads), -torch.inf, dtype=x.dtype)
+        .scatter_reduce(0, dst[:, None].expand(-1, heads), scores, reduce="amax")
+        .detach()
+    )
     weights = torch.exp(scores - top[dst])
     alpha = weights / torch.zeros(n, heads, dtype=x.dtype).index_add(0, dst, weights)[dst]
     if keep is not None:

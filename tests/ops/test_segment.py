@@ -42,8 +42,13 @@ def _segments(graph: Graph, by: str = "dst") -> tuple[Segments, np.ndarray]:
 # -- against the naive loops ---------------------------------------------------------------
 
 
-@given(graph=graphs(), seed=seeds(), feature_shape=FEATURE_SHAPES, dtype=DTYPES,
-       by=st.sampled_from(["dst", "src"]))
+@given(
+    graph=graphs(),
+    seed=seeds(),
+    feature_shape=FEATURE_SHAPES,
+    dtype=DTYPES,
+    by=st.sampled_from(["dst", "src"]),
+)
 @example(graph=EMPTY_GRAPH, seed=0, feature_shape=(2, 3), dtype=np.float64, by="dst")
 def test_segment_sum_matches_naive(graph, seed, feature_shape, dtype, by):
     segments, index = _segments(graph, by)
@@ -171,8 +176,9 @@ def test_backward_matches_finite_differences(name, graph, seed, feature_shape):
     num_rows = graph.num_nodes if rows == "nodes" else graph.num_edges
     shape = (num_rows, *feature_shape)
     x = _distinct_values(seed, shape) if name == "segment_max" else _values(seed, shape)
-    report = check_gradients(block, {}, (x, graph.dst_segments(np)),
-                             rng=np.random.default_rng(seed))
+    report = check_gradients(
+        block, {}, (x, graph.dst_segments(np)), rng=np.random.default_rng(seed)
+    )
     target(report.max_rel_error)
     assert report.max_rel_error <= GRADCHECK_RTOL, report.table()
 
@@ -225,19 +231,25 @@ def test_zero_in_degree():
     graph = Graph([[0, 2, 1], [1, 1, 3]], 4)
     segments = graph.dst_segments(np)
     values = np.array([[1.0, -2.0], [3.0, -4.0], [5.0, 6.0]])
-    np.testing.assert_array_equal(ops.segment_sum(values, segments),
-                                  [[0, 0], [4, -6], [0, 0], [5, 6]])
+    np.testing.assert_array_equal(
+        ops.segment_sum(values, segments), [[0, 0], [4, -6], [0, 0], [5, 6]]
+    )
     maxima, argmax = ops.segment_max(values, segments)
     np.testing.assert_array_equal(maxima, [[0, 0], [3, -2], [0, 0], [5, 6]])
     np.testing.assert_array_equal(argmax, [[-1, -1], [1, 0], [-1, -1], [2, 2]])
     d_out = np.arange(1.0, 9.0).reshape(4, 2)
     # Empty segments route their gradient nowhere.
-    np.testing.assert_array_equal(ops.segment_max_backward(d_out, argmax, segments),
-                                  [[0, 4], [3, 0], [7, 8]])
+    np.testing.assert_array_equal(
+        ops.segment_max_backward(d_out, argmax, segments), [[0, 4], [3, 0], [7, 8]]
+    )
     alpha = ops.segment_softmax(values, segments)
     assert alpha.shape == values.shape  # one entry per edge, none for empty nodes
-    np.testing.assert_allclose(ops.segment_sum(alpha, segments), [[0, 0], [1, 1], [0, 0], [1, 1]],
-                               rtol=0, atol=FORWARD_RTOL[np.dtype(np.float64)])
+    np.testing.assert_allclose(
+        ops.segment_sum(alpha, segments),
+        [[0, 0], [1, 1], [0, 0], [1, 1]],
+        rtol=0,
+        atol=FORWARD_RTOL[np.dtype(np.float64)],
+    )
 
 
 def test_single_node():
@@ -267,8 +279,9 @@ def test_self_loop_is_an_ordinary_item():
 def test_duplicate_edges_each_counted():
     graph = Graph([[0, 0, 2], [1, 1, 1]], 3)  # 0 -> 1 twice, 2 -> 1 once
     segments = graph.dst_segments(np)
-    np.testing.assert_array_equal(ops.segment_sum(np.array([1.0, 10.0, 100.0]), segments),
-                                  [0.0, 111.0, 0.0])
+    np.testing.assert_array_equal(
+        ops.segment_sum(np.array([1.0, 10.0, 100.0]), segments), [0.0, 111.0, 0.0]
+    )
     assert segments.counts().tolist() == [0, 3, 0]
     alpha = ops.segment_softmax(np.array([0.0, 0.0, np.log(2.0)]), segments)
     np.testing.assert_allclose(alpha, [0.25, 0.25, 0.5], rtol=FORWARD_RTOL[np.dtype(np.float64)])
@@ -281,8 +294,9 @@ def test_all_scores_equal_gives_exactly_uniform_weights(graph, score, feature_sh
     alpha = ops.segment_softmax(scores, segments)
     # exp(s - s) = 1 exactly, the denominator is the in-degree exactly: 1 / deg.
     uniform = 1.0 / graph.in_degree()[index].astype(np.float64)
-    np.testing.assert_array_equal(alpha, np.broadcast_to(
-        uniform.reshape(-1, *(1,) * len(feature_shape)), alpha.shape))
+    np.testing.assert_array_equal(
+        alpha, np.broadcast_to(uniform.reshape(-1, *(1,) * len(feature_shape)), alpha.shape)
+    )
 
 
 def test_extreme_scores_stay_finite():
@@ -291,14 +305,24 @@ def test_extreme_scores_stay_finite():
     scores = np.array([1e3, 1e3 - 1, -1e3, -1e3, -1e3 + 1, -1e3])  # exp(+-1e3) overflows alone
     alpha = ops.segment_softmax(scores, segments)
     assert np.all(np.isfinite(alpha))
-    np.testing.assert_allclose(ops.segment_sum(alpha, segments), [0, 0, 0, 1, 1],
-                               rtol=0, atol=FORWARD_RTOL[np.dtype(np.float64)])
+    np.testing.assert_allclose(
+        ops.segment_sum(alpha, segments),
+        [0, 0, 0, 1, 1],
+        rtol=0,
+        atol=FORWARD_RTOL[np.dtype(np.float64)],
+    )
     e = np.exp(-1.0)
-    np.testing.assert_allclose(alpha, [1 / (1 + e), e / (1 + e), 0.0, e / (1 + 2 * e),
-                                       1 / (1 + 2 * e), e / (1 + 2 * e)],
-                               rtol=FORWARD_RTOL[np.dtype(np.float64)], atol=1e-300)
-    np.testing.assert_allclose(alpha, naive.segment_softmax(scores, graph.edge_index[1], 5),
-                               rtol=FORWARD_RTOL[np.dtype(np.float64)])
+    np.testing.assert_allclose(
+        alpha,
+        [1 / (1 + e), e / (1 + e), 0.0, e / (1 + 2 * e), 1 / (1 + 2 * e), e / (1 + 2 * e)],
+        rtol=FORWARD_RTOL[np.dtype(np.float64)],
+        atol=1e-300,
+    )
+    np.testing.assert_allclose(
+        alpha,
+        naive.segment_softmax(scores, graph.edge_index[1], 5),
+        rtol=FORWARD_RTOL[np.dtype(np.float64)],
+    )
     d_scores = ops.segment_softmax_backward(alpha, np.arange(6.0), segments)
     assert np.all(np.isfinite(d_scores))
 
@@ -314,7 +338,8 @@ def test_segment_max_ties_pick_lowest_index_and_route_one_gradient():
     np.testing.assert_array_equal(argmax, [[1, 2], [0, 0]])
     d_values = ops.segment_max_backward(np.array([[10.0, 20.0], [30.0, 40.0]]), argmax, segments)
     np.testing.assert_array_equal(
-        d_values, [[30.0, 40.0], [10.0, 0.0], [0.0, 20.0], [0.0, 0.0], [0.0, 0.0]])
+        d_values, [[30.0, 40.0], [10.0, 0.0], [0.0, 20.0], [0.0, 0.0], [0.0, 0.0]]
+    )
 
 
 @given(graph=graphs(), seed=seeds(), feature_shape=FEATURE_SHAPES)
@@ -383,29 +408,47 @@ def test_strict_path_matches_numpy_path(graph, seed, feature_shape, dtype):
             assert max_relative_error(b, a) <= rtol
 
     same(ops.gather(node_values, host), ops.gather(node_strict, device), exact=True)
-    same(ops.gather_backward(edge_values, host), ops.gather_backward(edge_strict, device),
-         exact=False)
+    same(
+        ops.gather_backward(edge_values, host),
+        ops.gather_backward(edge_strict, device),
+        exact=False,
+    )
     same(ops.segment_sum(edge_values, host), ops.segment_sum(edge_strict, device), exact=False)
-    same(ops.segment_sum_backward(node_values, host),
-         ops.segment_sum_backward(node_strict, device), exact=True)
+    same(
+        ops.segment_sum_backward(node_values, host),
+        ops.segment_sum_backward(node_strict, device),
+        exact=True,
+    )
     maxima, argmax = ops.segment_max(edge_values, host)
     maxima_s, argmax_s = ops.segment_max(edge_strict, device)
     same(maxima, maxima_s, exact=True)
     same(argmax, argmax_s, exact=True)
-    same(ops.segment_max_backward(node_values, argmax, host),
-         ops.segment_max_backward(node_strict, argmax_s, device), exact=True)
+    same(
+        ops.segment_max_backward(node_values, argmax, host),
+        ops.segment_max_backward(node_strict, argmax_s, device),
+        exact=True,
+    )
     alpha = ops.segment_softmax(edge_values, host)
     alpha_s = ops.segment_softmax(edge_strict, device)
     same(alpha, alpha_s, exact=False)
     d_alpha = rng.standard_normal(alpha.shape).astype(dtype)
-    same(ops.segment_softmax_backward(alpha, d_alpha, host),
-         ops.segment_softmax_backward(alpha_s, strict.asarray(d_alpha), device), exact=False)
+    same(
+        ops.segment_softmax_backward(alpha, d_alpha, host),
+        ops.segment_softmax_backward(alpha_s, strict.asarray(d_alpha), device),
+        exact=False,
+    )
 
 
 def test_backend_module_reexports_the_primitives():
     import refimpl.backend as backend
 
-    for name in ["Segments", "gather", "scatter_add", "segment_max", "segment_softmax",
-                 "segment_sum"]:
+    for name in [
+        "Segments",
+        "gather",
+        "scatter_add",
+        "segment_max",
+        "segment_softmax",
+        "segment_sum",
+    ]:
         assert getattr(backend, name) is getattr(ops, name)
     assert ops.scatter_add is ops.segment_sum
