@@ -13,11 +13,13 @@ Forward and backward side by side:
     B1  d_w = sum_c d_messages * gather(h, src)            (E, H)
         d_h = segment_sum(d_messages * w[..., None], src)  (N, H, C)
 
-On NumPy the pair is computed without materialising the ``(E, H, C)`` messages
-of F1/B1's second line: per head, ``A_h @ h_h`` and ``A_h^T @ d_out_h`` with a
-``scipy.sparse`` CSR matrix sharing the structure of the target segments
-(``scripts/bench_segment.py``: about 30x faster than gather + segment_sum on
-Cora with 64 channels). Other backends run F1/F2 literally.
+On NumPy the aggregation never materialises the ``(E, H, C)`` messages: per
+head, ``A_h @ h_h`` forward and ``A_h^T @ d_out_h`` backward, with ``scipy.sparse``
+CSR matrices that reuse the cached structure of the segments
+(``scripts/bench_propagate.py``, Cora-sized graph, 2 cores: forward 1.6x faster
+at 8 heads x 8 channels and 3.5-4.3x at 64 channels; backward 1.0-1.3x, where
+the per-edge products for ``d_w`` dominate). Other backends run the steps
+literally.
 """
 
 from __future__ import annotations
@@ -29,16 +31,22 @@ from refimpl.ops.segment import Segments, gather, segment_sum
 __all__ = ["propagate", "propagate_backward"]
 
 
-def _head_matrices(weights: Any, src: Segments, dst: Segments) -> list[Any]:
-    """Per head, CSR ``A_h`` (N, N) with ``A_h[v, u] = w_e`` for edge ``e = (u, v)``."""
+def _head_matrices(weights: Any, rows: Segments, columns: Segments) -> list[Any]:
+    """Per head, CSR ``(R, C)`` with entry ``w_e`` at ``(rows.index[e], columns.index[e])``.
+
+    ``rows = dst, columns = src`` gives ``A_h`` (forward); ``rows = src,
+    columns = dst`` gives ``A_h^T`` directly in CSR (backward), without a
+    transpose. The structure (edge order, row pointers) is the cached one of
+    ``rows``' segment-sum matrix; only the values change per call.
+    """
     import scipy.sparse as sp
 
-    structure = dst._sum_matrix(weights.dtype)  # CSR (N, E): indices = edges grouped by target
+    structure = rows._sum_matrix(weights.dtype)  # CSR (R, E): indices = edges grouped by row
     edge_order = structure.indices  # (E,)
-    neighbour = src.index[edge_order]  # (E,) source of each edge, in CSR order
-    shape = (dst.num_segments, src.num_segments)
+    column = columns.index[edge_order]  # (E,) column of each edge, in CSR order
+    shape = (rows.num_segments, columns.num_segments)
     return [
-        sp.csr_matrix((weights[edge_order, h], neighbour, structure.indptr), shape=shape)
+        sp.csr_matrix((weights[edge_order, h], column, structure.indptr), shape=shape)
         for h in range(weights.shape[1])
     ]
 
@@ -62,7 +70,7 @@ def propagate(h: Any, weights: Any, src: Segments, dst: Segments) -> Any:
     """
     if src._backend == "numpy":
         xp = src.xp
-        matrices = _head_matrices(weights, src, dst)
+        matrices = _head_matrices(weights, dst, src)  # A_h, (N, N) per head
         return xp.stack([a @ h[:, k, :] for k, a in enumerate(matrices)], axis=1)
     messages = gather(h, src) * weights[..., None]  # F1 (E, H, C)
     return segment_sum(messages, dst)  # F2 (N, H, C)
@@ -76,8 +84,8 @@ def propagate_backward(
     d_messages = gather(d_out, dst)  # B2 (E, H, C)
     d_weights = xp.einsum("ehc,ehc->eh", d_messages, gather(h, src))  # B1 (E, H)
     if src._backend == "numpy":
-        matrices = _head_matrices(weights, src, dst)
-        d_h = xp.stack([a.T @ d_out[:, k, :] for k, a in enumerate(matrices)], axis=1)
+        transposed = _head_matrices(weights, src, dst)  # A_h^T, (N, N) per head
+        d_h = xp.stack([a @ d_out[:, k, :] for k, a in enumerate(transposed)], axis=1)
     else:
         d_h = segment_sum(d_messages * weights[..., None], src)  # B1 (N, H, C)
     return d_h, d_weights
