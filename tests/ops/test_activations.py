@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import numpy as np
@@ -20,15 +19,9 @@ from refimpl.ops.activations import (
     get_activation,
 )
 from refimpl.testing import FORWARD_RTOL, GRADCHECK_RTOL, check_gradients, max_relative_error
+from tests.backends import DEVICE_BACKENDS
 from tests.strategies import seeds
 
-DEVICE_BACKENDS = [
-    "strict",
-    pytest.param(
-        "cupy",
-        marks=pytest.mark.skipif(importlib.util.find_spec("cupy") is None, reason="no CuPy"),
-    ),
-]
 F64 = FORWARD_RTOL[np.dtype(np.float64)]
 BLOCKS = [ReLU(), LeakyReLU(), LeakyReLU(0.2), ELU(), ELU(0.5), Identity()]
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 
 import numpy as np
@@ -13,15 +12,9 @@ from hypothesis import strategies as st
 from refimpl.backend import asarray, to_numpy
 from refimpl.ops.linear import Linear
 from refimpl.testing import FORWARD_RTOL, GRADCHECK_RTOL, check_gradients, max_relative_error
+from tests.backends import DEVICE_BACKENDS
 from tests.strategies import seeds
 
-DEVICE_BACKENDS = [
-    "strict",
-    pytest.param(
-        "cupy",
-        marks=pytest.mark.skipif(importlib.util.find_spec("cupy") is None, reason="no CuPy"),
-    ),
-]
 F64 = FORWARD_RTOL[np.dtype(np.float64)]
 
 

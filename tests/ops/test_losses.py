@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import pytest
 from hypothesis import example, given
@@ -13,15 +11,9 @@ from scipy.special import expit, log_expit, log_softmax, softmax
 from refimpl.backend import asarray, to_numpy
 from refimpl.ops.losses import BCEWithLogits, SoftmaxCrossEntropy
 from refimpl.testing import FORWARD_RTOL, GRADCHECK_RTOL, check_gradients, max_relative_error
+from tests.backends import DEVICE_BACKENDS
 from tests.strategies import seeds
 
-DEVICE_BACKENDS = [
-    "strict",
-    pytest.param(
-        "cupy",
-        marks=pytest.mark.skipif(importlib.util.find_spec("cupy") is None, reason="no CuPy"),
-    ),
-]
 F64 = FORWARD_RTOL[np.dtype(np.float64)]
 CE, BCE = SoftmaxCrossEntropy(), BCEWithLogits()
 
