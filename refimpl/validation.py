@@ -14,6 +14,7 @@ from typing import Any
 from refimpl.backend import get_array_module, is_array
 
 __all__ = [
+    "NonFiniteError",
     "check_array",
     "check_cotangent",
     "check_finite",
@@ -21,6 +22,10 @@ __all__ = [
     "check_params",
     "check_same_dtype",
 ]
+
+
+class NonFiniteError(ValueError):
+    """An array held NaN or infinity where finite values are required."""
 
 
 def check_array(
@@ -62,7 +67,7 @@ def check_finite(value: Any, name: str) -> None:
     xp = get_array_module(value)
     finite = xp.isfinite(value)
     if not bool(finite.all()):
-        raise ValueError(
+        raise NonFiniteError(
             f"{name} contains NaN or infinity ({int((~finite).sum())} of {value.size} entries); "
             "check the step that produced it (learning rate, division by zero, log of zero)"
         )

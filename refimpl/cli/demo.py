@@ -1,21 +1,18 @@
-"""The ``refimpl`` command line: ``refimpl demo`` (more subcommands come with later features)."""
+"""``refimpl demo``: a GAT on a built-in graph, its gradient check, and a short training run."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from collections.abc import Sequence
 
 import numpy as np
 
-from refimpl import __version__
 from refimpl.testing.tolerances import GRADCHECK_RTOL
 
-__all__ = ["main"]
+__all__ = ["add_parser", "run"]
 
 
-def _demo(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     import networkx as nx
 
     from refimpl import Graph
@@ -103,31 +100,9 @@ def _demo(args: argparse.Namespace) -> int:
     return 0 if passed else 1
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="refimpl",
-        description="Reference implementation of graph attention with hand-written backward "
-        "passes and executable theorem checks.",
-    )
-    parser.add_argument("--version", action="version", version=f"refimpl {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+def add_parser(commands: argparse._SubParsersAction) -> None:
     demo = commands.add_parser(
-        "demo", help="GAT forward/backward and a gradient-check table on a built-in graph"
+        "demo", help="GAT forward/backward, a gradient-check table and a short training run"
     )
     demo.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    demo.set_defaults(run=_demo)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``refimpl`` console script."""
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 2
-    return args.run(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    demo.set_defaults(run=run)

@@ -1,0 +1,39 @@
+"""The ``refimpl`` command line: ``demo``, ``train``, ``sweep``, ``plot``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from refimpl import __version__
+from refimpl.cli import demo, plot, sweep, train
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="refimpl",
+        description="Reference implementation of graph attention with hand-written backward "
+        "passes and executable theorem checks.",
+    )
+    parser.add_argument("--version", action="version", version=f"refimpl {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for command in (demo, train, sweep, plot):
+        command.add_parser(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``refimpl`` console script."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""``refimpl sweep``: depths x initialisations x seeds x datasets, in the papers' table layout."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+from refimpl.cli.options import (
+    add_data_options,
+    add_model_options,
+    add_training_options,
+    build_model,
+    default_out,
+    load_data,
+    train_config,
+)
+from refimpl.train import TrainingDiverged, run_seeds
+
+__all__ = ["add_parser", "format_table", "run"]
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "sweep",
+        help="grid over depths x inits x seeds x datasets; prints the papers' table layout",
+    )
+    parser.add_argument("--datasets", nargs="+", default=["csbm"])
+    parser.add_argument("--depths", type=int, nargs="+", default=[2, 5])
+    parser.add_argument("--inits", nargs="+", default=["xavier"])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--out", type=Path, default=None, help="default runs/sweep-<time>")
+    add_data_options(parser)
+    add_model_options(parser)
+    add_training_options(parser)
+    parser.set_defaults(run=run)
+
+
+def format_table(cells: list[dict[str, Any]], depths: list[int]) -> str:
+    """Rows dataset x init, columns depth; cells ``mean +- ci95 (epochs to best)`` in %."""
+    header = f"{'dataset':<10} {'init':<14}" + "".join(f"{f'L={d}':>24}" for d in depths)
+    lines = [header, "-" * len(header)]
+    rows: dict[tuple[str, str], dict[int, str]] = {}
+    for cell in cells:
+        if cell["diverged"]:
+            text = "diverged"
+        else:
+            ci = cell["test_acc_ci95"]
+            spread = f" +- {100 * ci:.1f}" if ci is not None else ""
+            text = f"{100 * cell['test_acc_mean']:.1f}{spread} ({cell['epochs_to_best_mean']:.0f})"
+        rows.setdefault((cell["dataset"], cell["init"]), {})[cell["depth"]] = text
+    for (dataset, init), by_depth in rows.items():
+        lines.append(
+            f"{dataset:<10} {init:<14}" + "".join(f"{by_depth.get(d, '-'):>24}" for d in depths)
+        )
+    lines.append(
+        "test accuracy (%) at best validation, mean +- 95% CI over seeds "
+        "(mean epochs to the best model)"
+    )
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    out = args.out or default_out("sweep")
+    cells = []
+    for name in args.datasets:
+        dataset = load_data(name, args)
+        print(f"data   {dataset.summary()}")
+        for init in args.inits:
+            for depth in args.depths:
+                run_dir = out / name / init / f"L{depth}"
+                cell: dict[str, Any] = {
+                    "dataset": name,
+                    "init": init,
+                    "depth": depth,
+                    "diverged": False,
+                }
+                try:
+                    summary = run_seeds(
+                        functools.partial(build_model, args, dataset, depth),
+                        dataset,
+                        train_config(args, init=init),
+                        args.seeds,
+                        run_dir,
+                        progress=not args.no_progress,
+                        backend=args.backend,
+                    )
+                    cell.update(
+                        {
+                            k: summary[k]
+                            for k in ("test_acc_mean", "test_acc_ci95", "epochs_to_best_mean")
+                        }
+                    )
+                except TrainingDiverged as err:
+                    cell["diverged"] = True
+                    print(f"  {name} {init} L={depth}: diverged ({err})")
+                cells.append(cell)
+                print(f"  done {name} {init} L={depth}")
+    table = format_table(cells, args.depths)
+    print(table)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "sweep.json").write_text(json.dumps(cells, indent=2) + "\n")
+    (out / "table.txt").write_text(table + "\n")
+    print(f"wrote {out}/sweep.json and table.txt")
+    return 0

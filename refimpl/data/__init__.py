@@ -1,0 +1,115 @@
+"""Datasets: Planetoid and Geom-GCN loaders, synthetic generators, splits, a registry.
+
+Nothing is downloaded: file-backed loaders take a directory (the shared
+``datasets/`` folder or the sub-folder of one collection). ``load_dataset``
+looks names up in a registry that other modules extend with ``register_loader``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from refimpl.data._unpickle import UnsafePickleError
+from refimpl.data.dataset import NodeDataset, coalesce, edge_homophily, row_normalize
+from refimpl.data.geom_gcn import GEOM_GCN_NAMES, load_geom_gcn
+from refimpl.data.planetoid import PLANETOID_NAMES, load_planetoid
+from refimpl.data.splits import drop_features, random_split
+from refimpl.data.synthetic import contextual_sbm, karate_club, knn_graph
+
+__all__ = [
+    "GEOM_GCN_NAMES",
+    "PLANETOID_NAMES",
+    "NodeDataset",
+    "UnsafePickleError",
+    "coalesce",
+    "contextual_sbm",
+    "dataset_names",
+    "drop_features",
+    "edge_homophily",
+    "karate_club",
+    "knn_graph",
+    "load_dataset",
+    "load_geom_gcn",
+    "load_planetoid",
+    "random_split",
+    "register_loader",
+    "row_normalize",
+]
+
+DATA_ENV = "REFIMPL_DATA"  # the environment variable naming the datasets folder
+
+# name -> (loader, needs_root). A file-backed loader is called loader(root, **kwargs),
+# a synthetic one loader(**kwargs).
+_REGISTRY: dict[str, tuple[Callable[..., NodeDataset], bool]] = {}
+
+
+def register_loader(
+    name: str,
+    function: Callable[..., NodeDataset],
+    *,
+    needs_root: bool = True,
+    overwrite: bool = False,
+) -> None:
+    """Make ``load_dataset(name, ...)`` call ``function``.
+
+    ``needs_root=True``: ``function(root, **kwargs)`` with a data directory;
+    ``False``: ``function(**kwargs)`` (synthetic data). Names are case-insensitive.
+    Registering a taken name raises ``ValueError`` unless ``overwrite=True``.
+    """
+    key = name.lower()
+    if not key or not callable(function):
+        raise ValueError("register_loader needs a non-empty name and a callable")
+    if key in _REGISTRY and not overwrite:
+        raise ValueError(f"a loader named {key!r} is already registered; pass overwrite=True")
+    _REGISTRY[key] = (function, needs_root)
+
+
+def dataset_names() -> list[str]:
+    """The registered names, sorted."""
+    return sorted(_REGISTRY)
+
+
+def load_dataset(name: str, root: str | Path | None = None, **kwargs: Any) -> NodeDataset:
+    """Load a registered dataset by name.
+
+    ``root`` is the datasets folder (``root/planetoid``, ``root/geom_gcn``) or the
+    collection's own folder; when ``None``, the ``REFIMPL_DATA`` environment
+    variable is used. Synthetic names ignore ``root``. ``kwargs`` go to the loader
+    (``normalize_features=True``, ``split=3``, ``num_nodes=500``, ``seed=1``, ...).
+    """
+    key = name.lower()
+    if key not in _REGISTRY:
+        raise ValueError(f"unknown dataset {name!r}; valid names: {', '.join(dataset_names())}")
+    function, needs_root = _REGISTRY[key]
+    if not needs_root:
+        return function(**kwargs)
+    root = root if root is not None else os.environ.get(DATA_ENV)
+    if not root:
+        raise ValueError(
+            f"dataset {key!r} is read from files: pass its directory (--data-root on the "
+            f"command line, root= in Python) or set {DATA_ENV} to the datasets folder"
+        )
+    return function(root, **kwargs)
+
+
+def _csbm(
+    *, num_nodes: int = 1000, num_classes: int = 4, seed: int = 0, **kwargs: Any
+) -> NodeDataset:
+    return contextual_sbm(num_nodes, num_classes, np.random.default_rng(seed), **kwargs)
+
+
+def _register_builtins() -> None:
+    for planetoid in PLANETOID_NAMES:
+        register_loader(planetoid, lambda root, _n=planetoid, **kw: load_planetoid(root, _n, **kw))
+    for geom in (*GEOM_GCN_NAMES, "actor"):
+        register_loader(geom, lambda root, _n=geom, **kw: load_geom_gcn(root, _n, **kw))
+    register_loader("karate", karate_club, needs_root=False)
+    register_loader("csbm", _csbm, needs_root=False)
+
+
+_register_builtins()

@@ -1,0 +1,210 @@
+"""``NodeDataset``: a graph, node features, labels and a train/val/test split.
+
+Shared helpers for the loaders: ``coalesce`` (PyG ``to_undirected`` +
+``remove_self_loops`` + ``coalesce``), ``row_normalize`` (PyG
+``NormalizeFeatures``) and ``edge_homophily``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from refimpl.graph import Graph
+
+__all__ = ["NodeDataset", "coalesce", "edge_homophily", "row_normalize"]
+
+
+@dataclass(frozen=True, eq=False)
+class NodeDataset:
+    """One node-classification dataset, validated at construction (NumPy arrays).
+
+    Attributes
+    ----------
+    name : str
+    graph : Graph
+        ``N`` nodes; ``edge_index`` (2, E) in PyG's convention (row 0 ``src``).
+    x : float array (N, F)
+        Node features (float64 from the loaders; ``astype`` for float32).
+    y : array (N,) int64 class ids in ``[0, num_classes)``, or (N, K) float 0/1
+        for multi-label data (``K == num_classes``).
+    train_mask, val_mask, test_mask : bool array (N,)
+        Pairwise disjoint; a node may be in none (CiteSeer's isolated test-range
+        nodes, say).
+    num_classes : int
+
+    The arrays are held, not copied: treat them as read-only (the methods below
+    return new datasets).
+    """
+
+    name: str
+    graph: Graph
+    x: np.ndarray
+    y: np.ndarray
+    train_mask: np.ndarray
+    val_mask: np.ndarray
+    test_mask: np.ndarray
+    num_classes: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.graph, Graph):
+            raise TypeError(f"graph must be a refimpl.Graph, got {type(self.graph).__name__}")
+        n = self.graph.num_nodes
+        if not isinstance(self.x, np.ndarray) or self.x.dtype.kind != "f":
+            raise TypeError(
+                f"x must be a floating-point NumPy array, got "
+                f"{getattr(self.x, 'dtype', type(self.x).__name__)}; convert with .astype(float)"
+            )
+        if self.x.ndim != 2 or self.x.shape[0] != n:
+            raise ValueError(f"x must have shape (num_nodes, F) = ({n}, F), got {self.x.shape}")
+        if not np.isfinite(self.x).all():
+            raise ValueError("x contains NaN or infinity")
+        if isinstance(self.num_classes, bool) or not isinstance(
+            self.num_classes, (int, np.integer)
+        ):
+            raise TypeError(f"num_classes must be an int, got {type(self.num_classes).__name__}")
+        if self.num_classes < 1:
+            raise ValueError(f"num_classes must be >= 1, got {self.num_classes}")
+        self._check_labels(n)
+        masks = {
+            "train_mask": self.train_mask,
+            "val_mask": self.val_mask,
+            "test_mask": self.test_mask,
+        }
+        for key, mask in masks.items():
+            if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_:
+                raise TypeError(
+                    f"{key} must be a bool NumPy array, got "
+                    f"{getattr(mask, 'dtype', type(mask).__name__)}; convert with .astype(bool)"
+                )
+            if mask.shape != (n,):
+                raise ValueError(f"{key} must have shape (num_nodes,) = ({n},), got {mask.shape}")
+        keys = list(masks)
+        for i, a in enumerate(keys):
+            for b in keys[i + 1 :]:
+                both = np.flatnonzero(masks[a] & masks[b])
+                if both.size:
+                    raise ValueError(
+                        f"{a} and {b} overlap on {both.size} nodes (first: node {both[0]}); "
+                        "the train/val/test masks must be disjoint"
+                    )
+
+    def _check_labels(self, n: int) -> None:
+        y = self.y
+        if not isinstance(y, np.ndarray):
+            raise TypeError(f"y must be a NumPy array, got {type(y).__name__}")
+        if y.ndim == 1:
+            if y.dtype.kind not in "iu":
+                raise TypeError(f"1-D y must hold integer class ids, got dtype {y.dtype}")
+            if y.shape != (n,):
+                raise ValueError(f"y must have shape ({n},), got {y.shape}")
+            if y.size and (y.min() < 0 or y.max() >= self.num_classes):
+                raise ValueError(
+                    f"class ids must lie in [0, num_classes) = [0, {self.num_classes}), "
+                    f"got range [{y.min()}, {y.max()}]"
+                )
+        elif y.ndim == 2:
+            if y.shape != (n, self.num_classes):
+                raise ValueError(
+                    f"multi-label y must have shape (num_nodes, num_classes) = "
+                    f"({n}, {self.num_classes}), got {y.shape}"
+                )
+            if not np.isin(y, (0, 1)).all():
+                raise ValueError("multi-label y must hold only 0 and 1")
+        else:
+            raise ValueError(f"y must be (N,) class ids or (N, K) 0/1, got shape {y.shape}")
+
+    # -- conveniences ----------------------------------------------------------------
+    @property
+    def num_nodes(self) -> int:
+        return self.graph.num_nodes
+
+    @property
+    def num_features(self) -> int:
+        return int(self.x.shape[1])
+
+    @property
+    def is_multilabel(self) -> bool:
+        return self.y.ndim == 2
+
+    def astype(self, dtype: Any) -> NodeDataset:
+        """A copy with ``x`` cast to the float ``dtype`` (float32 for training speed)."""
+        if np.dtype(dtype).kind != "f":
+            raise TypeError(f"features must stay floating point, got dtype {np.dtype(dtype)}")
+        return dataclasses.replace(self, x=self.x.astype(dtype))
+
+    def with_masks(
+        self, train_mask: np.ndarray, val_mask: np.ndarray, test_mask: np.ndarray
+    ) -> NodeDataset:
+        """A copy with another split (validated like the constructor)."""
+        return dataclasses.replace(
+            self, train_mask=train_mask, val_mask=val_mask, test_mask=test_mask
+        )
+
+    def summary(self) -> str:
+        """One line: name, N, E (directed), F, classes, train/val/test sizes."""
+        return (
+            f"{self.name}: N={self.num_nodes} E={self.graph.num_edges} F={self.num_features} "
+            f"classes={self.num_classes} train/val/test="
+            f"{int(self.train_mask.sum())}/{int(self.val_mask.sum())}/{int(self.test_mask.sum())}"
+        )
+
+    def __repr__(self) -> str:
+        return f"NodeDataset({self.summary()})"
+
+
+def coalesce(
+    src: np.ndarray,
+    dst: np.ndarray,
+    num_nodes: int,
+    *,
+    symmetric: bool = True,
+    remove_self_loops: bool = True,
+    sort_by_row: bool = True,
+) -> np.ndarray:
+    """Deduplicated ``(2, E)`` int64 edge_index, sorted.
+
+    ``symmetric=True`` adds every reverse edge (PyG ``to_undirected``);
+    ``remove_self_loops=True`` drops ``(v, v)``. Sorted by (src, dst), or by
+    (dst, src) with ``sort_by_row=False``: PyG ``coalesce(..., sort_by_row=...)``,
+    whose Planetoid loader sorts by column.
+    """
+    src = np.asarray(src, dtype=np.int64).ravel()
+    dst = np.asarray(dst, dtype=np.int64).ravel()
+    if symmetric:
+        src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+    if remove_self_loops:
+        keep = src != dst
+        src, dst = src[keep], dst[keep]
+    major, minor = (src, dst) if sort_by_row else (dst, src)
+    key = np.unique(major * num_nodes + minor)  # sorted, duplicates merged
+    major, minor = key // num_nodes, key % num_nodes
+    return np.stack([major, minor] if sort_by_row else [minor, major])  # (2, E)
+
+
+def row_normalize(x: np.ndarray) -> np.ndarray:
+    """Rows scaled to sum to 1; zero rows stay zero (tkipf/gcn ``preprocess_features``).
+
+    ``x`` (N, F) -> (N, F), same dtype. Parity: PyG ``NormalizeFeatures``
+    divides by ``sum.clamp(min=1)`` (after subtracting the global minimum, a
+    no-op for these non-negative features), so it leaves rows whose sum lies in
+    ``(0, 1)`` unscaled; for binary features (Cora, CiteSeer, WebKB, Actor)
+    every non-zero row sums to >= 1 and the two agree. Here every non-zero row
+    sums to 1, as the brief and Kipf & Welling's code have it.
+    """
+    sums = x.sum(axis=1, keepdims=True)  # (N, 1)
+    safe = np.where(sums == 0, 1, sums)
+    return (x / safe).astype(x.dtype, copy=False)
+
+
+def edge_homophily(graph: Graph, y: np.ndarray) -> float:
+    """Fraction of edges joining same-class endpoints (Zhu et al. 2020 edge homophily)."""
+    from refimpl.backend import to_numpy
+
+    edge_index = to_numpy(graph.edge_index)
+    if edge_index.shape[1] == 0:
+        raise ValueError("edge homophily is undefined for a graph without edges")
+    return float(np.mean(y[edge_index[0]] == y[edge_index[1]]))

@@ -1,0 +1,361 @@
+"""``GAT``: a deep graph attention network of ``GATConv`` layers, with hand-written backward.
+
+The network of GAT-balance Def. 2.1: ``L`` layers stacked, layer ``l`` mapping
+``h^{l-1}`` (width ``n_{l-1}``) to ``h^l`` (width ``n_l``), ``n_0 = in_channels``
+and ``n_L = out_channels``. Per layer (forward steps as numbered in the code):
+
+    F1  d    = Dropout(h^{l-1})                        input dropout (GAT paper: every layer)
+    F2  z    = GATConv(d)                              GAT-balance Eq. 1-2 without phi
+    F3  z    = z + d W_res^T                           residual=True only
+    F4  h^l  = phi(z)                                  hidden layers only; the last gives logits
+
+Hidden layers concatenate their ``H_l`` heads (``n_l = H_l * hidden_channels``);
+the last averages its heads (``n_L = out_channels``). Eq. 1 applies ``phi`` on
+every layer; here, as in PyG's ``GAT`` model, the last layer has none, so the
+output is logits for a softmax cross-entropy.
+
+Parameters: one flat ordered dict keyed ``layer{l}.{name}``, ``l`` from 0,
+``name`` the ``GATConv`` names (v1: ``W``, ``att_src``, ``att_dst``; v2:
+``W_s``, ``W_t`` unless shared, ``att``; ``bias`` if configured) in
+``GATConv.param_shapes`` order, then ``res_W`` ``(n_l, n_{l-1})`` if residual.
+
+Randomness (DESIGN.md): with ``rng`` the masks are drawn in this fixed order,
+each only when its probability is > 0: layer 0 input mask ``(N, n_0)``, layer 0
+attention mask ``(E, H_0)`` (over ``layers[0].prepare_graph(graph)``'s edges),
+layer 1 input mask, layer 1 attention mask, ...; each as ``rng.random(shape) >= p``.
+With ``noise``, the masks come from ``{"layer{l}.input_mask": ..., "layer{l}.attn_mask":
+...}`` (bool, True = keep, on ``x``'s backend); ``cache.noise`` returns those used.
+
+Parity: the residual acts on the dropped input ``d`` (the tensor the attention
+sees), as PyG's ``GATConv(residual=True)`` and DGL's ``GATConv`` do; its weight
+is zero under every initialisation scheme, so a balanced network stays balanced.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from refimpl.backend import asarray, get_array_module
+from refimpl.graph import Graph
+from refimpl.nn.gat import GATCache, GATConv
+from refimpl.ops.activations import get_activation
+from refimpl.ops.dropout import Dropout, DropoutCache
+from refimpl.ops.linear import Linear, LinearCache
+from refimpl.validation import (
+    NonFiniteError,
+    check_cotangent,
+    check_input,
+    check_params,
+    check_same_dtype,
+)
+
+__all__ = ["GAT", "INITIALISERS", "GATLayerCache", "GATModelCache", "init_xavier"]
+
+
+class GATLayerCache(NamedTuple):
+    """One layer's caches, one per forward step."""
+
+    input_dropout: DropoutCache  # F1 (its mask, or None outside training)
+    conv: GATCache  # F2
+    residual: LinearCache | None  # F3; None without residual
+    activation: Any  # F4 activation cache; None on the last layer
+
+
+class GATModelCache(NamedTuple):
+    """What :meth:`GAT.backward` reads: the per-layer caches, layer 0 first."""
+
+    layers: tuple[GATLayerCache, ...]
+
+    @property
+    def noise(self) -> dict[str, Any]:
+        """The dropout keep-masks used, as ``GAT.forward(noise=...)`` takes them.
+
+        Only masks actually drawn appear (none in evaluation or for ``p = 0``).
+        """
+        noise = {}
+        for i, layer in enumerate(self.layers):
+            for key, mask in (
+                ("input_mask", layer.input_dropout.mask),
+                ("attn_mask", layer.conv.dropout_cache.mask),
+            ):
+                if mask is not None:
+                    noise[f"layer{i}.{key}"] = mask
+        return noise
+
+
+@dataclass(frozen=True)
+class GAT:
+    """``num_layers`` GATConv layers with activation, dropout and optional residuals.
+
+    See the module docstring for the equations (GAT-balance Def. 2.1, Eq. 1-2),
+    parameter names and the order of random draws.
+    """
+
+    in_channels: int  # n_0, input features
+    hidden_channels: int  # C per head in hidden layers
+    out_channels: int  # n_L, logits
+    num_layers: int  # L >= 1; 1 is a single layer in -> out
+    heads: int | Sequence[int] = 1  # H for every layer, or one per layer
+    version: str = "v2"  # GAT-balance's GAT is GATv2 (its footnote 1)
+    share_weights: bool = True  # W_s = W_t, GAT-balance Def. 2.1
+    bias: bool = False  # Def. 2.1 has none
+    activation: str = "relu"  # phi, by get_activation name ("leaky_relu": slope 0.01)
+    dropout: float = 0.0  # on every layer's input; GAT paper: 0.6
+    attn_dropout: float = 0.0  # on the attention coefficients; GAT paper: 0.6
+    residual: bool = False  # linear skip d W_res^T, zero-initialised
+    negative_slope: float = 0.2  # the attention's LeakyReLU; GAT paper, PyG default
+    add_self_loops: bool = True  # PyG default
+    layers: tuple[GATConv, ...] = field(init=False, repr=False, compare=False)  # derived
+
+    def __post_init__(self) -> None:
+        for name in ("in_channels", "hidden_channels", "out_channels", "num_layers"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"GAT {name} must be a positive int, got {value!r}")
+        for name in ("dropout", "attn_dropout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:
+                raise ValueError(f"GAT {name} must be a probability in [0, 1), got {value!r}")
+        get_activation(self.activation)  # ValueError listing the valid names
+        heads = self._heads_per_layer()
+        if not isinstance(self.heads, int):
+            object.__setattr__(self, "heads", heads)
+        layers, width = [], self.in_channels
+        for i, layer_heads in enumerate(heads):
+            last = i == self.num_layers - 1
+            conv = GATConv(
+                in_channels=width,
+                out_channels=self.out_channels if last else self.hidden_channels,
+                heads=layer_heads,
+                concat=not last,
+                version=self.version,
+                share_weights=self.share_weights,
+                negative_slope=self.negative_slope,
+                add_self_loops=self.add_self_loops,
+                bias=self.bias,
+                dropout=self.attn_dropout,
+            )
+            layers.append(conv)
+            width = _out_width(conv)
+        object.__setattr__(self, "layers", tuple(layers))
+
+    def _heads_per_layer(self) -> tuple[int, ...]:
+        heads = self.heads
+        if isinstance(heads, numbers.Integral) and not isinstance(heads, bool):
+            heads = (heads,) * self.num_layers
+        if (
+            isinstance(heads, str)
+            or not isinstance(heads, Sequence)
+            or len(heads) != self.num_layers
+        ):
+            raise ValueError(
+                f"GAT heads must be an int or a sequence of num_layers={self.num_layers} ints "
+                f"(one head count per layer), got {heads!r}"
+            )
+        if any(isinstance(h, bool) or not isinstance(h, numbers.Integral) or h < 1 for h in heads):
+            raise ValueError(f"GAT heads must be positive ints, got {heads!r}")
+        return tuple(int(h) for h in heads)
+
+    # -- parameters --------------------------------------------------------------------
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Flat names ``layer{l}.{name}`` and shapes, in order (layer by layer)."""
+        shapes = {}
+        for i, conv in enumerate(self.layers):
+            for name, shape in conv.param_shapes().items():
+                shapes[f"layer{i}.{name}"] = shape
+            if self.residual:
+                shapes[f"layer{i}.res_W"] = (_out_width(conv), conv.in_channels)
+        return shapes
+
+    def layer_params(self, params: dict[str, Any], i: int) -> dict[str, Any]:
+        """Layer ``i``'s ``GATConv`` parameters under their ``GATConv`` names (no ``res_W``)."""
+        if not 0 <= i < self.num_layers:
+            raise IndexError(f"layer {i} out of range for a GAT with {self.num_layers} layers")
+        return {name: params[f"layer{i}.{name}"] for name in self.layers[i].param_shapes()}
+
+    def init_params(
+        self,
+        rng: np.random.Generator,
+        init: str = "xavier",
+        backend: str | None = None,
+        dtype: Any = np.float64,
+    ) -> dict[str, Any]:
+        """Parameters from the scheme ``INITIALISERS[init]``, moved to ``backend`` in ``dtype``.
+
+        Drawn on the host in float64 (so every backend and dtype gets the same
+        numbers for one seed). ``"xavier"``: see :func:`init_xavier`.
+        """
+        if init not in INITIALISERS:
+            raise ValueError(
+                f"unknown init {init!r}; valid schemes are {', '.join(sorted(INITIALISERS))}"
+            )
+        host = INITIALISERS[init](self, rng)
+        check_params(host, self.param_shapes(), f"GAT init {init!r}")
+        return {name: asarray(host[name], backend=backend, dtype=dtype) for name in host}
+
+    # -- forward -----------------------------------------------------------------------
+    def forward(
+        self,
+        params: dict[str, Any],
+        x: Any,
+        graph: Graph,
+        training: bool = False,
+        rng: np.random.Generator | None = None,
+        noise: dict[str, Any] | None = None,
+    ) -> tuple[Any, GATModelCache]:
+        """Logits ``(N, out_channels)`` for features ``x`` ``(N, in_channels)`` on ``graph``.
+
+        ``training=False``: no dropout; ``rng`` and ``noise`` are ignored.
+        ``training=True``: masks from ``noise`` if given (it must hold exactly the
+        masks needed, see the module docstring), else drawn from ``rng``.
+        Returns ``(logits, cache)``; ``cache.noise`` holds the masks used.
+        """
+        self._check_inputs(params, x)
+        noise = self._check_noise(rng, noise) if training else {}
+        phi = get_activation(self.activation)
+        h, layer_caches = x, []
+        for i, conv in enumerate(self.layers):
+            try:
+                h, layer_cache = self._layer_forward(
+                    i, conv, params, h, graph, training, rng, noise, phi
+                )
+            except NonFiniteError as err:  # finite params and input: an overflow in layer i
+                raise NonFiniteError(f"in layer{i}: {err}") from err
+            layer_caches.append(layer_cache)
+        return h, GATModelCache(tuple(layer_caches))
+
+    def _layer_forward(
+        self,
+        i: int,
+        conv: GATConv,
+        params: dict[str, Any],
+        h: Any,
+        graph: Graph,
+        training: bool,
+        rng: Any,
+        noise: dict[str, Any],
+        phi: Any,
+    ) -> tuple[Any, GATLayerCache]:
+        """Steps F1-F4 of :meth:`forward` for layer ``i``: ``(h_next, cache)``."""
+        # F1 input dropout (N, n_{l-1})
+        h_in, dropout_cache = Dropout(self.dropout).forward(
+            {}, h, training=training, rng=rng, mask=noise.get(f"layer{i}.input_mask")
+        )
+        # F2 attention and aggregation, GAT-balance Eq. 1-2 before phi (N, n_l)
+        attn_mask = noise.get(f"layer{i}.attn_mask")  # (E, H_l) or None: draw from rng
+        layer_params = self.layer_params(params, i)
+        z, conv_cache = conv.forward(layer_params, h_in, graph, training, rng, attn_mask)
+        # F3 linear skip from the same (dropped) input (N, n_l)
+        residual_cache = None
+        if self.residual:
+            skip, residual_cache = _skip(conv).forward({"W": params[f"layer{i}.res_W"]}, h_in)
+            z = z + skip
+        # F4 phi of Eq. 1 on hidden layers; the last layer's z are the logits
+        activation_cache = None
+        if i < self.num_layers - 1:
+            z, activation_cache = phi.forward({}, z)
+        return z, GATLayerCache(dropout_cache, conv_cache, residual_cache, activation_cache)
+
+    # -- backward ----------------------------------------------------------------------
+    def backward(
+        self, params: dict[str, Any], cache: GATModelCache, d_logits: Any
+    ) -> tuple[Any, dict[str, Any]]:
+        """Gradients of a scalar loss: ``(d_x (N, in_channels), d_params keyed like params)``."""
+        h_in = cache.layers[0].conv.x  # (N, n_0): x's rows, dtype and backend
+        shape = (h_in.shape[0], self.out_channels)
+        check_cotangent(d_logits, shape, h_in.dtype, h_in, name="d_logits")
+        phi = get_activation(self.activation)
+        d_params: dict[str, Any] = {}
+        d_h = d_logits
+        for i in reversed(range(self.num_layers)):
+            conv, layer_cache = self.layers[i], cache.layers[i]
+            # B4 (of F4)
+            if layer_cache.activation is not None:
+                d_h, _ = phi.backward({}, layer_cache.activation, d_h)
+            # B3 (of F3) the skip's gradient into the dropped input, accumulated below
+            d_skip = None
+            if self.residual:
+                d_skip, d_res = _skip(conv).backward(
+                    {"W": params[f"layer{i}.res_W"]}, layer_cache.residual, d_h
+                )
+                d_params[f"layer{i}.res_W"] = d_res["W"]
+            # B2 (of F2)
+            d_h_in, d_conv = conv.backward(self.layer_params(params, i), layer_cache.conv, d_h)
+            for name, grad in d_conv.items():
+                d_params[f"layer{i}.{name}"] = grad
+            if d_skip is not None:
+                d_h_in = d_h_in + d_skip
+            # B1 (of F1)
+            d_h, _ = Dropout(self.dropout).backward({}, layer_cache.input_dropout, d_h_in)
+        return d_h, {name: d_params[name] for name in params}
+
+    # -- helpers -----------------------------------------------------------------------
+    def _check_noise(self, rng: Any, noise: dict[str, Any] | None) -> dict[str, Any]:
+        """The masks to replay in training (``{}``: draw from ``rng``); keys in draw order."""
+        needed = [
+            f"layer{i}.{key}"
+            for i in range(self.num_layers)
+            for key, p in (("input_mask", self.dropout), ("attn_mask", self.attn_dropout))
+            if p > 0
+        ]
+        if needed and rng is None and noise is None:
+            raise ValueError(
+                f"GAT(dropout={self.dropout}, attn_dropout={self.attn_dropout}) in training "
+                "mode needs randomness: pass rng=numpy.random.default_rng(seed) or noise= "
+                "(a dict of keep-masks, e.g. a previous cache.noise), or training=False"
+            )
+        if not needed or noise is None:
+            return {}
+        missing = [k for k in needed if k not in noise]
+        unexpected = [k for k in noise if k not in needed]
+        if missing or unexpected:
+            raise ValueError(
+                f"noise does not match the masks this forward draws: missing {missing}, "
+                f"unexpected {unexpected} (expected keys: {needed})"
+            )
+        return noise
+
+    def _check_inputs(self, params: dict[str, Any], x: Any) -> None:
+        check_params(params, self.param_shapes(), "GAT")
+        check_input(x, "x", shape=(None, self.in_channels))
+        get_array_module(x, *params.values())  # TypeError if x and params are on two backends
+        check_same_dtype(params, x, "x")
+
+
+def _out_width(conv: GATConv) -> int:
+    """``n_l``: the layer's output width (heads concatenated or averaged)."""
+    return conv.heads * conv.out_channels if conv.concat else conv.out_channels
+
+
+def _skip(conv: GATConv) -> Linear:
+    """The residual block of a layer: ``d W_res^T``, ``(N, n_{l-1}) -> (N, n_l)``."""
+    return Linear(conv.in_channels, _out_width(conv), bias=False)
+
+
+def init_xavier(model: GAT, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Each layer's ``GATConv.init_params`` (Glorot uniform, PyG-style), zero bias and res_W.
+
+    Draw order: layer 0's weights and attention in ``GATConv.param_shapes``
+    order, then layer 1's, ...; zeros draw nothing. So this equals calling
+    ``conv.init_params(rng)`` for each of ``model.layers`` in turn.
+    """
+    params = {}
+    for i, conv in enumerate(model.layers):
+        for name, value in conv.init_params(rng, backend="numpy").items():
+            params[f"layer{i}.{name}"] = value
+        if model.residual:
+            params[f"layer{i}.res_W"] = np.zeros((_out_width(conv), conv.in_channels))
+    return params
+
+
+# Initialisation schemes by name: fn(model, rng) -> host float64 arrays keyed and ordered as
+# model.param_shapes(). Register more (balanced Bal_X / Bal_O, GAT-balance Procedure 2.6) here;
+# every scheme must leave res_W zero.
+INITIALISERS: dict[str, Callable[[GAT, np.random.Generator], dict[str, np.ndarray]]] = {
+    "xavier": init_xavier,
+}

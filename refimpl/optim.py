@@ -1,0 +1,291 @@
+"""Functional optimisers with explicit state: SGD and Adam (L2 weight decay, PyTorch semantics).
+
+An optimiser is a frozen configuration; its state is a flat dict of arrays that
+the caller owns and threads through the loop::
+
+    opt = Adam(lr=5e-3, weight_decay=5e-4)
+    state = opt.init(params)
+    params, state = opt.step(params, grads, state)   # pure: inputs are never mutated
+    numpy.savez("ckpt.npz", **state)                 # no pickle
+    state = opt.load_state(numpy.load("ckpt.npz"), params)  # resumes bit-identically
+
+State layout: ``"step"`` (0-d int64, the number of updates taken) and, for Adam,
+``"m.<name>"`` and ``"v.<name>"`` (first and second moments, one per parameter,
+in its shape, dtype and backend). ``params`` and ``grads`` are dicts of float
+arrays keyed alike (the layer protocol's ``d_params``). The math runs in the
+array module of the parameters, so the same code runs on NumPy, CuPy and the
+strict stand-in; hyperparameters are Python floats, so a float32 model stays
+float32. Bias corrections are host scalars computed from the step count, as in
+PyTorch's ``_single_tensor_adam`` (reading ``"step"`` is one host sync on CuPy).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from refimpl.backend import asarray, backend_name, get_array_module, is_array
+
+__all__ = ["OPTIMIZERS", "SGD", "Adam", "Optimizer", "make_optimizer"]
+
+Params = Mapping[str, Any]
+State = dict[str, Any]
+
+
+class Optimizer(Protocol):
+    """What the training loop needs from an optimiser."""
+
+    def init(self, params: Params) -> State: ...
+
+    def step(
+        self, params: Params, grads: Params, state: Mapping[str, Any]
+    ) -> tuple[dict, State]: ...
+
+    def load_state(self, state: Mapping[str, Any], params: Params | None = None) -> State: ...
+
+
+@dataclass(frozen=True)
+class SGD:
+    """Plain gradient descent with L2 weight decay: ``w <- w - lr * (g + weight_decay * w)``.
+
+    PyTorch parity: ``torch.optim.SGD(params, lr, weight_decay=weight_decay)``
+    with its defaults (no momentum, dampening or Nesterov); the decay is added
+    to the gradient (``grad.add(param, alpha=weight_decay)``), then
+    ``param.add_(grad, alpha=-lr)``. State holds only the step count.
+    """
+
+    lr: float  # no default: there is no good one for plain SGD
+    weight_decay: float = 0.0  # L2 penalty coefficient (the loss gains wd/2 * ||w||^2)
+
+    def __post_init__(self) -> None:
+        _set_floats(self, lr=_check_real("lr", self.lr, positive=True))
+        _set_floats(self, weight_decay=_check_real("weight_decay", self.weight_decay))
+
+    def init(self, params: Params) -> State:
+        """Fresh state: ``{"step": 0}`` on the parameters' backend."""
+        xp = _check_params(params)
+        return {"step": xp.asarray(0, dtype=xp.int64)}
+
+    def step(self, params: Params, grads: Params, state: Mapping[str, Any]) -> tuple[dict, State]:
+        """One update; returns ``(new_params, new_state)`` without touching the inputs."""
+        xp = _check_params(params)
+        _check_grads(params, grads)
+        step = _check_state(state, params, ())
+        new_params = {}
+        for name, w in params.items():
+            g = grads[name]
+            if self.weight_decay != 0:
+                g = g + self.weight_decay * w  # L2 decay through the gradient (coupled)
+            new_params[name] = xp.asarray(w + (-self.lr) * g)  # NumPy: 0-d stays an array
+        return new_params, {"step": xp.asarray(step + 1, dtype=xp.int64)}
+
+    def load_state(self, state: Mapping[str, Any], params: Params | None = None) -> State:
+        """A plain state dict from a loaded ``.npz`` (or any mapping); see :func:`_load_state`."""
+        return _load_state(state, params, ())
+
+
+@dataclass(frozen=True)
+class Adam:
+    """Adam (Kingma & Ba 2015, Alg. 1) with L2 weight decay, as ``torch.optim.Adam``.
+
+    With ``t`` the step after the increment and ``g = grad + weight_decay * w``::
+
+        m_t = beta1 m_{t-1} + (1 - beta1) g          (Alg. 1, biased first moment)
+        v_t = beta2 v_{t-1} + (1 - beta2) g^2        (Alg. 1, biased second moment)
+        w_t = w_{t-1} - lr m_hat / (sqrt(v_hat) + eps),  m_hat = m_t / (1 - beta1^t),
+                                                          v_hat = v_t / (1 - beta2^t)
+
+    The code follows PyTorch's ``_single_tensor_adam`` (default on the CPU) op
+    for op rather than the paper's wording, so float64 trajectories agree with
+    torch to rounding: ``m`` by ``lerp(m, g, 1 - beta1)`` (ATen's two-branch
+    lerp), ``v`` by ``v * beta2 + ((1 - beta2) * g) * g`` (``mul_`` then
+    ``addcmul_``), ``denom = sqrt(v) / sqrt(1 - beta2^t) + eps`` and
+    ``w + (-step_size * m) / denom`` with ``step_size = lr / (1 - beta1^t)``
+    (``addcdiv_``). Note where eps sits: outside the square root and after the
+    bias correction, as in Alg. 1 (Kingma & Ba's "eps-hat" variant of Sec. 2
+    puts it before the correction). Not supported: ``amsgrad``, ``maximize``,
+    decoupled decay (AdamW). Zero gradients with ``weight_decay=0`` leave a
+    parameter exactly unchanged; the first update has ``|step| < lr``.
+    """
+
+    lr: float = 1e-3  # Kingma & Ba's alpha; PyTorch default
+    betas: tuple[float, float] = (0.9, 0.999)  # Kingma & Ba; PyTorch default
+    eps: float = 1e-8  # Kingma & Ba; PyTorch default
+    weight_decay: float = 0.0  # L2 penalty added to the gradient (PyTorch's Adam, not AdamW)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.betas, (tuple, list)) or len(self.betas) != 2:
+            raise ValueError(f"betas must be a pair (beta1, beta2), got {self.betas!r}")
+        betas = tuple(
+            _check_real(f"betas[{i}]", b, below_one=True) for i, b in enumerate(self.betas)
+        )
+        _set_floats(self, lr=_check_real("lr", self.lr, positive=True), betas=betas)
+        _set_floats(self, eps=_check_real("eps", self.eps, positive=True))
+        _set_floats(self, weight_decay=_check_real("weight_decay", self.weight_decay))
+
+    def init(self, params: Params) -> State:
+        """Fresh state: step 0 and zero moments ``m.<name>``, ``v.<name>`` like each parameter."""
+        xp = _check_params(params)
+        state: State = {"step": xp.asarray(0, dtype=xp.int64)}
+        for slot in ("m", "v"):
+            state.update({f"{slot}.{k}": xp.zeros_like(w) for k, w in params.items()})
+        return state
+
+    def step(self, params: Params, grads: Params, state: Mapping[str, Any]) -> tuple[dict, State]:
+        """One update; returns ``(new_params, new_state)`` without touching the inputs."""
+        xp = _check_params(params)
+        _check_grads(params, grads)
+        t = _check_state(state, params, ("m", "v")) + 1
+        beta1, beta2 = self.betas
+        # Host scalars, as torch computes them from step_t.item(): Python float pow.
+        step_size = self.lr / (1 - beta1**t)
+        bias_correction2_sqrt = (1 - beta2**t) ** 0.5
+        new_params, new_m, new_v = {}, {}, {}
+        for name, w in params.items():
+            g = grads[name]
+            if self.weight_decay != 0:
+                g = g + self.weight_decay * w  # torch: grad.add(param, alpha=weight_decay)
+            m = _lerp(state[f"m.{name}"], g, 1 - beta1)  # torch: exp_avg.lerp_(grad, 1 - beta1)
+            v = state[f"v.{name}"] * beta2 + ((1 - beta2) * g) * g  # mul_(beta2).addcmul_
+            denom = xp.sqrt(v) / bias_correction2_sqrt + self.eps
+            w = w + (-step_size * m) / denom  # torch: param.addcdiv_(m, denom, value=-step_size)
+            # xp.asarray: NumPy arithmetic on 0-d arrays returns scalars; keep them arrays
+            new_params[name] = xp.asarray(w)
+            new_m[f"m.{name}"], new_v[f"v.{name}"] = xp.asarray(m), xp.asarray(v)
+        return new_params, {"step": xp.asarray(t, dtype=xp.int64), **new_m, **new_v}
+
+    def load_state(self, state: Mapping[str, Any], params: Params | None = None) -> State:
+        """A plain state dict from a loaded ``.npz`` (or any mapping); see :func:`_load_state`."""
+        return _load_state(state, params, ("m", "v"))
+
+
+OPTIMIZERS: dict[str, type] = {"sgd": SGD, "adam": Adam}
+
+
+def make_optimizer(name: str, **kwargs: Any) -> Optimizer:
+    """``OPTIMIZERS[name](**kwargs)``: ``make_optimizer("adam", lr=5e-3, weight_decay=5e-4)``."""
+    if not isinstance(name, str) or name.lower() not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
+    return OPTIMIZERS[name.lower()](**kwargs)
+
+
+def _lerp(start: Any, end: Any, weight: float) -> Any:
+    """ATen's ``lerp`` (``ATen/native/Lerp.h``): exact at both ends of the weight range."""
+    if abs(weight) < 0.5:
+        return start + weight * (end - start)
+    return end - (end - start) * (1 - weight)
+
+
+def _check_real(name: str, value: Any, positive: bool = False, below_one: bool = False) -> float:
+    """A finite real hyperparameter in its range, as a Python float (keeps float32 float32)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    value = float(value)
+    low_ok = value > 0 if positive else value >= 0
+    if not math.isfinite(value) or not low_ok or (below_one and value >= 1):
+        wanted = "> 0" if positive else ("in [0, 1)" if below_one else ">= 0")
+        raise ValueError(f"{name} must be finite and {wanted}, got {value!r}")
+    return value
+
+
+def _set_floats(obj: Any, **values: Any) -> None:
+    for key, value in values.items():
+        object.__setattr__(obj, key, value)  # frozen dataclass: normalise once, at construction
+
+
+def _check_params(params: Params) -> Any:
+    """``params`` is a dict of float arrays on one backend; returns that backend's module."""
+    if not isinstance(params, Mapping):
+        raise TypeError(f"params must be a dict of arrays, got {type(params).__name__}")
+    for name, w in params.items():
+        if not isinstance(name, str):
+            raise TypeError(f"parameter names must be strings, got {name!r}")
+        if not is_array(w) or w.dtype.kind != "f":
+            kind = w.dtype if is_array(w) else type(w).__name__
+            raise TypeError(f"params[{name!r}] must be a floating-point array, got {kind}")
+    return get_array_module(*params.values())  # TypeError if backends are mixed
+
+
+def _check_grads(params: Params, grads: Params) -> None:
+    """``grads`` has exactly the keys of ``params``, each of the same shape, dtype and backend."""
+    if not isinstance(grads, Mapping):
+        raise TypeError(f"grads must be a dict of arrays, got {type(grads).__name__}")
+    _check_keys(params, grads, "grads")
+    for name, w in params.items():
+        _check_like(grads[name], w, f"grads[{name!r}]", name)
+
+
+def _check_keys(params: Params, other: Mapping[str, Any], what: str, prefix: str = "") -> None:
+    expected = {prefix + k for k in params}
+    missing = sorted(expected - set(other))
+    unexpected = sorted(set(other) - expected)
+    if missing or unexpected:
+        raise ValueError(
+            f"{what} keys must match the parameters: missing {missing}, unexpected {unexpected}"
+        )
+
+
+def _check_like(value: Any, w: Any, what: str, name: str) -> None:
+    if not is_array(value):
+        raise TypeError(f"{what} must be an array, got {type(value).__name__}")
+    if tuple(value.shape) != tuple(w.shape):
+        raise ValueError(
+            f"{what} has shape {tuple(value.shape)} but params[{name!r}] has {tuple(w.shape)}"
+        )
+    if value.dtype != w.dtype:
+        raise TypeError(
+            f"{what} has dtype {value.dtype} but params[{name!r}] has {w.dtype}; cast one of them"
+        )
+    try:
+        get_array_module(value, w)
+    except TypeError as err:
+        raise TypeError(
+            f"{what} lives on another backend than params[{name!r}]; for a loaded state call "
+            "opt.load_state(state, params)"
+        ) from err
+
+
+def _check_state(state: Mapping[str, Any], params: Params, slots: tuple[str, ...]) -> int:
+    """``state`` matches ``params`` (one array per slot and parameter); returns the step count."""
+    if not isinstance(state, Mapping) or "step" not in state:
+        raise ValueError("state must be a dict with a 'step' entry; create it with opt.init")
+    step = state["step"]
+    if not (is_array(step) and step.shape == () and step.dtype.kind in "iu"):
+        raise TypeError(f"state['step'] must be a 0-d integer array, got {step!r}")
+    count = int(step)
+    if count < 0:
+        raise ValueError(f"state['step'] must be >= 0, got {count}")
+    moments = {k: v for k, v in state.items() if k != "step"}
+    expected = {f"{slot}.{k}" for slot in slots for k in params}
+    if set(moments) != expected:
+        missing, unexpected = sorted(expected - set(moments)), sorted(set(moments) - expected)
+        raise ValueError(
+            f"state keys must match the parameters: missing {missing}, unexpected {unexpected}; "
+            "was it created by another optimiser or for another model?"
+        )
+    for slot in slots:
+        for name, w in params.items():
+            _check_like(state[f"{slot}.{name}"], w, f"state[{slot + '.' + name!r}]", name)
+    return count
+
+
+def _load_state(state: Mapping[str, Any], params: Params | None, slots: tuple[str, ...]) -> State:
+    """Copy ``state`` (e.g. ``numpy.load("ckpt.npz")``) into a plain dict, ready for ``step``.
+
+    With ``params`` the arrays are moved to the parameters' backend and checked
+    against them (keys, shapes, dtypes); without, they stay where they are.
+    """
+    if not isinstance(state, Mapping) or "step" not in state:
+        raise ValueError("state must be a mapping with a 'step' entry (as saved from opt.init)")
+    loaded = {k: state[k] for k in state}  # reads every array of an NpzFile once
+    if params is not None:
+        backend = backend_name(_check_params(params))
+        loaded = {k: asarray(v, backend=backend) for k, v in loaded.items()}
+    xp = get_array_module(loaded["step"])
+    loaded["step"] = xp.asarray(int(loaded["step"]), dtype=xp.int64)  # e.g. a saved Python int
+    if params is not None:
+        _check_state(loaded, params, slots)
+    return loaded

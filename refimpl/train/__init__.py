@@ -1,0 +1,24 @@
+"""Training: the full-batch loop, checkpoints, and runs over several seeds."""
+
+from refimpl.train.checkpoint import load_checkpoint, save_checkpoint
+from refimpl.train.experiment import format_summary, run_seeds, summarize
+from refimpl.train.loop import (
+    RunResult,
+    TrainConfig,
+    TrainingDiverged,
+    relative_grad_norms,
+    train_model,
+)
+
+__all__ = [
+    "RunResult",
+    "TrainConfig",
+    "TrainingDiverged",
+    "format_summary",
+    "load_checkpoint",
+    "relative_grad_norms",
+    "run_seeds",
+    "save_checkpoint",
+    "summarize",
+    "train_model",
+]

@@ -1,0 +1,296 @@
+"""Full-batch training of a node classifier, with model selection, logs and checkpoints.
+
+One epoch:
+
+    1. forward in training mode (dropout drawn from the run's generator)
+    2. loss on the training nodes (cross-entropy, or BCE for multi-label targets)
+    3. backward: gradients of every parameter; stop if any is non-finite
+    4. optimiser step; stop if a parameter became non-finite
+    5. forward in evaluation mode: train / val / test accuracy of the updated model
+    6. model selection: the epoch with the best validation accuracy (the first,
+       on ties) and its test accuracy, as both papers report
+    7. one JSON line in ``log.jsonl``; a checkpoint every ``checkpoint_every``
+    8. stop early once the training loss is below ``loss_threshold``
+       (GAT-balance's protocol stops at 1e-4)
+
+Determinism: parameters are drawn from ``default_rng([seed, 0])`` and dropout
+from ``default_rng([seed, 1])``; a run resumed from a checkpoint restores the
+parameters, the optimiser state and the dropout generator, so it ends
+bit-identical to a run that was never interrupted.
+
+For multi-label targets (``y`` of shape ``(N, K)``) the "accuracy" columns hold
+the macro ROC-AUC instead.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from refimpl.backend import asarray, get_array_module
+from refimpl.metrics import accuracy, roc_auc
+from refimpl.ops.losses import BCEWithLogits, SoftmaxCrossEntropy
+from refimpl.optim import make_optimizer
+from refimpl.train.checkpoint import atomic_savez, load_checkpoint, save_checkpoint
+from refimpl.validation import NonFiniteError
+
+__all__ = ["RunResult", "TrainConfig", "TrainingDiverged", "relative_grad_norms", "train_model"]
+
+
+class TrainingDiverged(RuntimeError):
+    """A loss, gradient or parameter became NaN or infinite; the message names epoch and layer."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How to train; the model and the data are passed separately."""
+
+    epochs: int = 200
+    optimizer: str = "adam"  # "adam" (PyTorch semantics) or "sgd" (plain gradient descent)
+    lr: float = 0.005  # GAT paper, Cora
+    weight_decay: float = 0.0  # L2, added to the gradient (both papers' experiments)
+    loss_threshold: float | None = None  # stop once the training loss is below it
+    checkpoint_every: int = 0  # epochs between checkpoints; 0: none
+    seed: int = 0
+    init: str = "xavier"  # initialisation scheme of the model
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1:
+            raise ValueError(f"epochs must be >= 1, got {self.epochs}")
+        if self.checkpoint_every < 0:
+            raise ValueError(f"checkpoint_every must be >= 0, got {self.checkpoint_every}")
+
+
+@dataclass
+class RunResult:
+    """Outcome of one run (one seed)."""
+
+    seed: int
+    best_epoch: int  # 0-based epoch with the best validation accuracy
+    val_acc: float  # at best_epoch
+    test_acc: float  # at best_epoch
+    epochs_run: int
+    final_train_loss: float
+    params: dict[str, Any] = field(repr=False)  # final parameters
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if k != "params"}
+
+
+def _layer_of(name: str) -> str:
+    return name.split(".", 1)[0]
+
+
+def relative_grad_norms(params: dict[str, Any], grads: dict[str, Any]) -> dict[str, dict]:
+    """Per layer, ``||grad||_F / ||param||_F`` for feature weights and attention vectors.
+
+    Feature parameters are the ``W*`` and ``res_W`` matrices, attention the
+    ``att*`` vectors (biases are left out). Returns ``{layer: {"feature": r,
+    "attention": r}}`` with ``None`` where the parameters are all zero (a
+    relative norm is undefined there: zero-initialised attention, say).
+    """
+    squares: dict[str, dict[str, list[float]]] = {}
+    for name, value in params.items():
+        layer, local = name.split(".", 1) if "." in name else ("model", name)
+        kind = "attention" if local.startswith("att") else "feature"
+        if not (local.startswith(("W", "res_W")) or kind == "attention"):
+            continue
+        xp = get_array_module(value)
+        entry = squares.setdefault(layer, {}).setdefault(kind, [0.0, 0.0])
+        entry[0] += float(xp.sum(grads[name] * grads[name]))
+        entry[1] += float(xp.sum(value * value))
+    return {
+        layer: {
+            kind: (math.sqrt(g) / math.sqrt(p) if p > 0 else None) for kind, (g, p) in kinds.items()
+        }
+        for layer, kinds in squares.items()
+    }
+
+
+def _first_non_finite(arrays: dict[str, Any]) -> str | None:
+    for name, value in arrays.items():
+        if not bool(get_array_module(value).isfinite(value).all()):
+            return name
+    return None
+
+
+def train_model(
+    model: Any,
+    dataset: Any,
+    config: TrainConfig,
+    *,
+    out_dir: str | Path | None = None,
+    resume: str | Path | None = None,
+    progress: bool = False,
+    backend: str | None = None,
+) -> RunResult:
+    """Train ``model`` on ``dataset`` (a ``refimpl.data.NodeDataset``); see the module docstring.
+
+    ``out_dir`` receives ``log.jsonl``, ``final.npz``, ``summary.json`` and, with
+    ``checkpoint_every``, ``checkpoint.npz``. ``resume`` continues from such a
+    checkpoint. The dtype of ``dataset.x`` sets the training precision.
+    """
+    x = asarray(dataset.x, backend=backend)
+    y = asarray(dataset.y, backend=backend)
+    masks = {
+        split: asarray(getattr(dataset, f"{split}_mask"), backend=backend)
+        for split in ("train", "val", "test")
+    }
+    graph = dataset.graph
+    multi_label = y.ndim == 2
+    loss_block = BCEWithLogits() if multi_label else SoftmaxCrossEntropy()
+    if multi_label:
+        y = y.astype(x.dtype)
+    optimizer = make_optimizer(config.optimizer, lr=config.lr, weight_decay=config.weight_decay)
+
+    params = model.init_params(
+        np.random.default_rng([config.seed, 0]), init=config.init, backend=backend, dtype=x.dtype
+    )
+    opt_state = optimizer.init(params)
+    dropout_rng = np.random.default_rng([config.seed, 1])
+    best = {"epoch": -1, "val_acc": -math.inf, "test_acc": math.nan}
+    start, train_loss = 0, math.nan
+    if resume is not None:
+        params, opt_state, start, best, train_loss = _restore(
+            resume, params, opt_state, dropout_rng, backend
+        )
+
+    out = Path(out_dir) if out_dir is not None else None
+    if out is not None:
+        _truncate_log(out, start)
+    epochs = range(start, config.epochs)
+    if progress:
+        from tqdm import tqdm
+
+        epochs = tqdm(epochs, initial=start, total=config.epochs, unit="epoch", leave=False)
+
+    def metric(logits: Any, mask: Any) -> float:
+        return roc_auc(logits, y, mask) if multi_label else accuracy(logits, y, mask)
+
+    epoch = start - 1
+    for epoch in epochs:
+        # 1-2 forward in training mode, loss on the training nodes
+        logits, cache = _forward(model, params, x, graph, epoch, training=True, rng=dropout_rng)
+        if not bool(get_array_module(logits).isfinite(logits).all()):
+            last = getattr(model, "num_layers", 1) - 1
+            raise TrainingDiverged(
+                f"epoch {epoch}: the logits (output of layer{last}) became non-finite"
+            )
+        loss, loss_cache = loss_block.forward({}, logits, y, masks["train"])
+        train_loss = float(loss)
+        # 3 backward
+        d_logits, _ = loss_block.backward({}, loss_cache, 1.0)
+        _, grads = model.backward(params, cache, d_logits)
+        bad = _first_non_finite(grads)
+        if bad is not None or not math.isfinite(train_loss):
+            raise TrainingDiverged(
+                f"epoch {epoch}: loss {train_loss}; first non-finite gradient in layer "
+                f"{_layer_of(bad) if bad else '?'} ({bad}); lower the learning rate"
+            )
+        norms = relative_grad_norms(params, grads)
+        # 4 optimiser step
+        params, opt_state = optimizer.step(params, grads, opt_state)
+        bad = _first_non_finite(params)
+        if bad is not None:
+            raise TrainingDiverged(
+                f"epoch {epoch}: the update made layer {_layer_of(bad)} non-finite ({bad}); "
+                "lower the learning rate"
+            )
+        # 5-6 evaluate the updated model, select on validation accuracy
+        eval_logits, _ = _forward(model, params, x, graph, epoch, training=False)
+        accs = {split: metric(eval_logits, mask) for split, mask in masks.items()}
+        if accs["val"] > best["val_acc"]:
+            best = {"epoch": epoch, "val_acc": accs["val"], "test_acc": accs["test"]}
+        # 7 log and checkpoint
+        record = {
+            "epoch": epoch,
+            "train_loss": train_loss,
+            "train_acc": accs["train"],
+            "val_acc": accs["val"],
+            "test_acc": accs["test"],
+            "grad_norms": norms,
+        }
+        if out is not None:
+            with open(out / "log.jsonl", "a") as stream:
+                stream.write(json.dumps(record) + "\n")
+        if progress:
+            epochs.set_postfix(
+                loss=f"{train_loss:.4f}",
+                train=f"{accs['train']:.3f}",
+                val=f"{accs['val']:.3f}",
+                test=f"{accs['test']:.3f}",
+            )
+        stop = config.loss_threshold is not None and train_loss < config.loss_threshold
+        if (
+            out is not None
+            and config.checkpoint_every
+            and ((epoch + 1) % config.checkpoint_every == 0 or stop)
+        ):
+            state = {"epoch": epoch + 1, "best": best, "train_loss": train_loss}
+            save_checkpoint(out / "checkpoint.npz", params, opt_state, dropout_rng, state)
+        # 8 early stop on the training loss
+        if stop:
+            break
+    if progress:
+        epochs.close()
+
+    result = RunResult(
+        config.seed, best["epoch"], best["val_acc"], best["test_acc"], epoch + 1, train_loss, params
+    )
+    if out is not None:
+        atomic_savez(out / "final.npz", params)
+        (out / "summary.json").write_text(json.dumps(result.as_dict(), indent=2) + "\n")
+    return result
+
+
+def _forward(model: Any, params: dict, x: Any, graph: Any, epoch: int, **kwargs: Any) -> tuple:
+    """``model.forward``, with an overflow inside (finite parameters and input, non-finite
+    activations) reported as divergence at this epoch, naming the layer."""
+    try:
+        return model.forward(params, x, graph, **kwargs)
+    except NonFiniteError as err:
+        mode = "training" if kwargs.get("training") else "evaluation"
+        raise TrainingDiverged(f"epoch {epoch}: the {mode} forward pass overflowed: {err}") from err
+
+
+def _restore(
+    path: Any, params: dict, opt_state: dict, rng: np.random.Generator, backend: str | None
+) -> tuple:
+    saved_params, saved_opt, rng_state, progress = load_checkpoint(path)
+    if list(saved_params) != list(params):
+        raise ValueError(
+            f"checkpoint {path} holds parameters {list(saved_params)} but the model has "
+            f"{list(params)}; resume with the same model configuration"
+        )
+    for name, value in saved_params.items():
+        if value.shape != params[name].shape or value.dtype != params[name].dtype:
+            raise ValueError(
+                f"checkpoint {path}: {name} is {value.dtype}{value.shape}, the model expects "
+                f"{params[name].dtype}{params[name].shape}; "
+                "resume with the same model configuration"
+            )
+    rng.bit_generator.state = rng_state
+    restored = {k: asarray(v, backend=backend) for k, v in saved_params.items()}
+    restored_opt = {k: asarray(v, backend=backend) for k, v in saved_opt.items()}
+    if set(restored_opt) != set(opt_state):
+        raise ValueError(f"checkpoint {path} holds another optimiser's state; use the same one")
+    return restored, restored_opt, progress["epoch"], progress["best"], progress["train_loss"]
+
+
+def _truncate_log(out: Path, start: int) -> None:
+    """Keep the log lines of epochs before ``start`` (a resumed run rewrites the rest)."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "log.jsonl"
+    kept = []
+    if start > 0 and path.exists():
+        kept = [
+            line
+            for line in path.read_text().splitlines()
+            if line and json.loads(line)["epoch"] < start
+        ]
+    path.write_text("".join(line + "\n" for line in kept))

@@ -1,0 +1,199 @@
+"""The training loop: determinism, bit-identical resume, divergence errors, logs, summaries."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from refimpl.data import contextual_sbm
+from refimpl.models import GAT
+from refimpl.train import (
+    TrainConfig,
+    TrainingDiverged,
+    load_checkpoint,
+    relative_grad_norms,
+    run_seeds,
+    summarize,
+    train_model,
+)
+
+
+@pytest.fixture(scope="module")
+def dataset() -> object:
+    return contextual_sbm(60, 3, np.random.default_rng(0), feature_dim=6)
+
+
+def small_model(dataset: object, **kwargs: object) -> GAT:
+    settings = {"heads": 2, "version": "v1", "dropout": 0.3, "attn_dropout": 0.3, **kwargs}
+    return GAT(dataset.num_features, 4, dataset.num_classes, 2, **settings)
+
+
+def test_same_seed_same_run(dataset: object) -> None:
+    config = TrainConfig(epochs=6, seed=3)
+    a = train_model(small_model(dataset), dataset, config)
+    b = train_model(small_model(dataset), dataset, config)
+    assert (a.best_epoch, a.val_acc, a.test_acc, a.final_train_loss) == (
+        b.best_epoch,
+        b.val_acc,
+        b.test_acc,
+        b.final_train_loss,
+    )
+    for name in a.params:
+        np.testing.assert_array_equal(a.params[name], b.params[name])
+    c = train_model(small_model(dataset), dataset, TrainConfig(epochs=6, seed=4))
+    assert any(not np.array_equal(a.params[k], c.params[k]) for k in a.params)
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_resumed_run_is_bit_identical(dataset: object, tmp_path: Path, optimizer: str) -> None:
+    # Dropout, Adam's moments and the parameters must all be restored: a run
+    # "interrupted" after 7 epochs and resumed must end exactly as one never stopped.
+    data64 = dataset.astype(np.float64)
+    config = TrainConfig(epochs=12, optimizer=optimizer, lr=0.01, checkpoint_every=7, seed=1)
+    full = train_model(small_model(data64), data64, config, out_dir=tmp_path / "full")
+    interrupted = TrainConfig(**{**config.__dict__, "epochs": 7})
+    train_model(small_model(data64), data64, interrupted, out_dir=tmp_path / "part")
+    resumed = train_model(
+        small_model(data64),
+        data64,
+        config,
+        out_dir=tmp_path / "part",
+        resume=tmp_path / "part" / "checkpoint.npz",
+    )
+    for name in full.params:
+        np.testing.assert_array_equal(resumed.params[name], full.params[name])
+    assert resumed.as_dict() == full.as_dict()
+    with (
+        np.load(tmp_path / "full" / "final.npz") as a,
+        np.load(tmp_path / "part" / "final.npz") as b,
+    ):
+        assert a.files == b.files and all(np.array_equal(a[k], b[k]) for k in a.files)
+    assert (tmp_path / "full" / "log.jsonl").read_text() == (
+        tmp_path / "part" / "log.jsonl"
+    ).read_text()
+
+
+def test_checkpoint_holds_everything_and_no_temporary_files(
+    dataset: object, tmp_path: Path
+) -> None:
+    config = TrainConfig(epochs=4, checkpoint_every=2)
+    result = train_model(small_model(dataset), dataset, config, out_dir=tmp_path)
+    params, opt_state, rng_state, progress = load_checkpoint(tmp_path / "checkpoint.npz")
+    assert list(params) == list(result.params) and progress["epoch"] == 4
+    assert int(opt_state["step"]) == 4 and "bit_generator" in rng_state
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "checkpoint.npz",
+        "final.npz",
+        "log.jsonl",
+        "summary.json",
+    ]
+
+
+def test_resume_refuses_another_model(dataset: object, tmp_path: Path) -> None:
+    train_model(
+        small_model(dataset), dataset, TrainConfig(epochs=2, checkpoint_every=1), out_dir=tmp_path
+    )
+    with pytest.raises(ValueError, match="same model configuration"):
+        train_model(
+            small_model(dataset, heads=3),
+            dataset,
+            TrainConfig(epochs=3),
+            resume=tmp_path / "checkpoint.npz",
+        )
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        train_model(
+            small_model(dataset), dataset, TrainConfig(epochs=3), resume=tmp_path / "missing.npz"
+        )
+
+
+def test_divergence_names_epoch_and_layer(dataset: object) -> None:
+    config = TrainConfig(epochs=50, optimizer="sgd", lr=1e30)
+    with pytest.raises(TrainingDiverged, match=r"epoch \d+: .*layer\d"):
+        train_model(small_model(dataset, dropout=0.0, attn_dropout=0.0), dataset, config)
+
+
+def test_loss_threshold_stops_early(dataset: object) -> None:
+    result = train_model(small_model(dataset), dataset, TrainConfig(epochs=50, loss_threshold=10.0))
+    assert result.epochs_run == 1 and result.final_train_loss < 10.0
+
+
+def test_log_lines_and_selection(dataset: object, tmp_path: Path) -> None:
+    result = train_model(small_model(dataset), dataset, TrainConfig(epochs=5), out_dir=tmp_path)
+    records = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in records] == list(range(5))
+    assert set(records[0]) == {
+        "epoch",
+        "train_loss",
+        "train_acc",
+        "val_acc",
+        "test_acc",
+        "grad_norms",
+    }
+    assert set(records[0]["grad_norms"]) == {"layer0", "layer1"}
+    best = max(records, key=lambda r: (r["val_acc"], -r["epoch"]))
+    assert (result.best_epoch, result.val_acc, result.test_acc) == (
+        best["epoch"],
+        best["val_acc"],
+        best["test_acc"],
+    )
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["best_epoch"] == result.best_epoch
+
+
+def test_relative_grad_norms_by_hand() -> None:
+    params = {
+        "layer0.W": np.array([[3.0, 4.0]]),
+        "layer0.att": np.zeros((1, 2)),
+        "layer0.bias": np.ones(2),
+        "layer1.W_s": np.array([[1.0, 0.0]]),
+        "layer1.res_W": np.array([[0.0, 1.0]]),
+    }
+    grads = {
+        "layer0.W": np.array([[0.3, 0.4]]),
+        "layer0.att": np.ones((1, 2)),
+        "layer0.bias": np.ones(2),
+        "layer1.W_s": np.array([[2.0, 0.0]]),
+        "layer1.res_W": np.array([[0.0, 2.0]]),
+    }
+    norms = relative_grad_norms(params, grads)
+    assert norms["layer0"] == {"feature": pytest.approx(0.1), "attention": None}
+    assert norms["layer1"] == {"feature": pytest.approx(2.0)}
+
+
+def test_several_seeds_get_their_own_directories(dataset: object, tmp_path: Path) -> None:
+    summary = run_seeds(
+        lambda: small_model(dataset),
+        dataset,
+        TrainConfig(epochs=3),
+        [0, 1, 2],
+        tmp_path,
+        extra={"note": "test"},
+    )
+    for seed in (0, 1, 2):
+        assert (tmp_path / f"seed{seed}" / "final.npz").is_file()
+        assert (tmp_path / f"seed{seed}" / "summary.json").is_file()
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    assert saved == json.loads(json.dumps(summary))
+    for key in ("test_acc_mean", "test_acc_ci95", "val_acc_mean", "epochs_to_best_mean", "runs"):
+        assert key in saved
+    assert [run["seed"] for run in saved["runs"]] == [0, 1, 2]
+    assert saved["config"] == {"note": "test"}
+
+
+def test_confidence_interval_is_student_t() -> None:
+    from scipy import stats
+
+    from refimpl.train import RunResult
+
+    accuracies = [0.80, 0.82, 0.85, 0.79, 0.81]
+    results = [RunResult(s, s, 0.5, a, 10, 0.1, {}) for s, a in enumerate(accuracies)]
+    summary = summarize(results)
+    half = stats.t.ppf(0.975, 4) * np.std(accuracies, ddof=1) / math.sqrt(5)
+    assert summary["test_acc_mean"] == pytest.approx(np.mean(accuracies), rel=1e-15)
+    assert summary["test_acc_ci95"] == pytest.approx(half, rel=1e-12)
+    assert summary["epochs_to_best_mean"] == pytest.approx(3.0)
+    assert summarize(results[:1])["test_acc_ci95"] is None
