@@ -99,12 +99,12 @@ def add_training_options(parser: argparse.ArgumentParser) -> None:
 
 
 def load_data(name: str, args: argparse.Namespace) -> Any:
-    from refimpl.data import load_dataset
+    from refimpl.data import GEOM_GCN_NAMES, PLANETOID_NAMES, load_dataset
 
     kwargs: dict[str, Any] = {}
-    if args.normalize_features:
+    if args.normalize_features and name in (*PLANETOID_NAMES, *GEOM_GCN_NAMES):
         kwargs["normalize_features"] = True
-    if name in ("cornell", "texas", "wisconsin", "film", "actor", "chameleon", "squirrel"):
+    if name in GEOM_GCN_NAMES:
         kwargs["split"] = args.split
     dataset = load_dataset(name, root=args.data_root, **kwargs)
     return dataset.astype(np.dtype(args.dtype))

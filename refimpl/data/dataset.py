@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from refimpl.backend import to_numpy
 from refimpl.graph import Graph
 
 __all__ = ["NodeDataset", "coalesce", "edge_homophily", "row_normalize"]
@@ -193,7 +194,7 @@ def row_normalize(x: np.ndarray) -> np.ndarray:
     no-op for these non-negative features), so it leaves rows whose sum lies in
     ``(0, 1)`` unscaled; for binary features (Cora, CiteSeer, WebKB, Actor)
     every non-zero row sums to >= 1 and the two agree. Here every non-zero row
-    sums to 1, as the brief and Kipf & Welling's code have it.
+    sums to 1, as in Kipf & Welling's code (PubMed's TF-IDF rows may differ from PyG).
     """
     sums = x.sum(axis=1, keepdims=True)  # (N, 1)
     safe = np.where(sums == 0, 1, sums)
@@ -201,9 +202,10 @@ def row_normalize(x: np.ndarray) -> np.ndarray:
 
 
 def edge_homophily(graph: Graph, y: np.ndarray) -> float:
-    """Fraction of edges joining same-class endpoints (Zhu et al. 2020 edge homophily)."""
-    from refimpl.backend import to_numpy
+    """Fraction of edges joining same-class endpoints (Zhu et al. 2020 edge homophily).
 
+    ``y`` (N,) class ids; self-loops and duplicate edges count like any edge.
+    """
     edge_index = to_numpy(graph.edge_index)
     if edge_index.shape[1] == 0:
         raise ValueError("edge homophily is undefined for a graph without edges")

@@ -263,9 +263,17 @@ class GAT:
 
     # -- backward ----------------------------------------------------------------------
     def backward(
-        self, params: dict[str, Any], cache: GATModelCache, d_logits: Any
+        self,
+        params: dict[str, Any],
+        cache: GATModelCache,
+        d_logits: Any,
+        input_grad: bool = True,
     ) -> tuple[Any, dict[str, Any]]:
-        """Gradients of a scalar loss: ``(d_x (N, in_channels), d_params keyed like params)``."""
+        """Gradients of a scalar loss: ``(d_x (N, in_channels), d_params keyed like params)``.
+
+        ``input_grad=False`` skips the gradient for the input features (``d_x`` is
+        ``None``), which training never needs.
+        """
         h_in = cache.layers[0].conv.x  # (N, n_0): x's rows, dtype and backend
         shape = (h_in.shape[0], self.out_channels)
         check_cotangent(d_logits, shape, h_in.dtype, h_in, name="d_logits")
@@ -285,9 +293,15 @@ class GAT:
                 )
                 d_params[f"layer{i}.res_W"] = d_res["W"]
             # B2 (of F2)
-            d_h_in, d_conv = conv.backward(self.layer_params(params, i), layer_cache.conv, d_h)
+            needed = input_grad or i > 0
+            d_h_in, d_conv = conv.backward(
+                self.layer_params(params, i), layer_cache.conv, d_h, input_grad=needed
+            )
             for name, grad in d_conv.items():
                 d_params[f"layer{i}.{name}"] = grad
+            if not needed:
+                d_h = None
+                break
             if d_skip is not None:
                 d_h_in = d_h_in + d_skip
             # B1 (of F1)

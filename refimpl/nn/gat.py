@@ -50,7 +50,7 @@ import numpy as np
 
 from refimpl.backend import asarray, get_array_module
 from refimpl.graph import Graph
-from refimpl.ops.activations import LeakyReLU
+from refimpl.ops.activations import leaky_relu, leaky_relu_backward
 from refimpl.ops.dropout import Dropout
 from refimpl.ops.propagate import propagate, propagate_backward
 from refimpl.ops.segment import gather, segment_softmax, segment_softmax_backward, segment_sum
@@ -67,8 +67,9 @@ class GATCache(NamedTuple):
     h_src: Any  # (N, H, C) W_s x (v1: W x)
     h_dst: Any  # (N, H, C) W_t x (v1 and shared v2: the same array as h_src)
     pre: Any  # LeakyReLU input: v1 (E, H) summed scores; v2 (E, H, C) W_s h_u + W_t h_v
-    act_cache: Any  # LeakyReLU cache
+    positive: Any  # pre > 0, the LeakyReLU's branch
     act: Any  # v2: LeakyReLU output (E, H, C), for d att; v1: None
+    h_src_edges: Any  # v2: W_s h_u per edge (E, H, C), reused by the backward; v1: None
     alpha: Any  # (E, H) attention coefficients, before dropout
     dropout_cache: Any  # attention-dropout cache (its mask, or None outside training)
     alpha_dropped: Any  # (E, H) coefficients used in the aggregation
@@ -181,7 +182,6 @@ class GATConv:
         xp = get_array_module(x)
         num_nodes, heads, channels = x.shape[0], self.heads, self.out_channels
         src, dst = graph.src_segments(xp), graph.dst_segments(xp)
-        leaky = LeakyReLU(self.negative_slope)
 
         # F1 feature transforms (N, H, C)
         h_src = (x @ params["W" if self.version == "v1" else "W_s"].T).reshape(
@@ -194,13 +194,14 @@ class GATConv:
             score_dst = xp.einsum("nhc,hc->nh", h_dst, params["att_dst"])
             pre = gather(score_src, src) + gather(score_dst, dst)
             # F4 e = LeakyReLU(pre) (E, H)
-            scores, act_cache = leaky.forward({}, pre)
-            act = None
+            scores, positive = leaky_relu(pre, self.negative_slope)
+            act = h_src_edges = None
         else:
             # F2 W_s h_u + W_t h_v per edge (E, H, C)
-            pre = gather(h_src, src) + gather(h_dst, dst)
+            h_src_edges = gather(h_src, src)
+            pre = h_src_edges + gather(h_dst, dst)
             # F3 LeakyReLU (E, H, C), F4 e = att . act (E, H)
-            act, act_cache = leaky.forward({}, pre)
+            act, positive = leaky_relu(pre, self.negative_slope)
             scores = xp.einsum("ehc,hc->eh", act, params["att"])
         # F5 softmax over each target's incoming edges (E, H)
         alpha = segment_softmax(scores, dst)
@@ -219,22 +220,36 @@ class GATConv:
         if self.bias:
             out = out + params["bias"]
         cache = GATCache(
-            x, graph, h_src, h_dst, pre, act_cache, act, alpha, dropout_cache, alpha_dropped
+            x,
+            graph,
+            h_src,
+            h_dst,
+            pre,
+            positive,
+            act,
+            h_src_edges,
+            alpha,
+            dropout_cache,
+            alpha_dropped,
         )
         return out, cache
 
     # -- backward ----------------------------------------------------------------------
     def backward(
-        self, params: dict[str, Any], cache: GATCache, d_out: Any
+        self, params: dict[str, Any], cache: GATCache, d_out: Any, input_grad: bool = True
     ) -> tuple[Any, dict[str, Any]]:
-        """Gradients of a scalar loss: ``(d_x (N, in), d_params keyed like params)``."""
+        """Gradients of a scalar loss: ``(d_x (N, in), d_params keyed like params)``.
+
+        ``input_grad=False`` skips ``d_x`` (returned as ``None``): a network's
+        first layer needs no gradient for the data, and it costs a full
+        ``(N, H*C) @ (H*C, in)`` product.
+        """
         x, graph = cache.x, cache.graph
         xp = get_array_module(x)
         num_nodes, heads, channels = x.shape[0], self.heads, self.out_channels
         out_shape = (num_nodes, heads * channels) if self.concat else (num_nodes, channels)
         check_cotangent(d_out, out_shape, x.dtype, x, name="d_out")
         src, dst = graph.src_segments(xp), graph.dst_segments(xp)
-        leaky = LeakyReLU(self.negative_slope)
         d_params: dict[str, Any] = {}
 
         # B9 (of F9) bias
@@ -247,14 +262,14 @@ class GATConv:
             d_aggregated = xp.broadcast_to(d_out[:, None, :] / heads, (num_nodes, heads, channels))
         # B7 (of F7) aggregation: messages and coefficients
         d_h_src, d_alpha_dropped = propagate_backward(
-            cache.h_src, cache.alpha_dropped, d_aggregated, src, dst
+            cache.h_src, cache.alpha_dropped, d_aggregated, src, dst, cache.h_src_edges
         )
         # B6 (of F6) dropout, B5 (of F5) softmax
         d_alpha, _ = Dropout(self.dropout).backward({}, cache.dropout_cache, d_alpha_dropped)
         d_scores = segment_softmax_backward(cache.alpha, d_alpha, dst)  # (E, H)
         if self.version == "v1":
             # B4 (of F4) LeakyReLU (E, H)
-            d_pre, _ = leaky.backward({}, cache.act_cache, d_scores)
+            d_pre = leaky_relu_backward(cache.positive, d_scores, self.negative_slope)
             # B3 (of F3) the gather's adjoint: sum per source and per target (N, H)
             d_score_src, d_score_dst = segment_sum(d_pre, src), segment_sum(d_pre, dst)
             # B2 (of F2) score halves: att and h both receive gradient
@@ -267,22 +282,25 @@ class GATConv:
             d_params["att"] = xp.einsum("eh,ehc->hc", d_scores, cache.act)
             d_act = d_scores[..., None] * params["att"]  # (E, H, C)
             # B3 (of F3) LeakyReLU (E, H, C)
-            d_pre, _ = leaky.backward({}, cache.act_cache, d_act)
+            d_pre = leaky_relu_backward(cache.positive, d_act, self.negative_slope)
             # B2 (of F2) the gather's adjoint (N, H, C)
             d_h_src = d_h_src + segment_sum(d_pre, src)
             d_h_dst = segment_sum(d_pre, dst)
         # B1 (of F1) feature transforms; a shared W receives both sides' gradients
         d_h_src = d_h_src.reshape(num_nodes, heads * channels)
         d_h_dst = d_h_dst.reshape(num_nodes, heads * channels)
+        d_x = None
         if self._shared:
             name = "W" if self.version == "v1" else "W_s"
             d_h = d_h_src + d_h_dst
             d_params[name] = d_h.T @ x
-            d_x = d_h @ params[name]
+            if input_grad:
+                d_x = d_h @ params[name]
         else:
             d_params["W_s"] = d_h_src.T @ x
             d_params["W_t"] = d_h_dst.T @ x
-            d_x = d_h_src @ params["W_s"] + d_h_dst @ params["W_t"]
+            if input_grad:
+                d_x = d_h_src @ params["W_s"] + d_h_dst @ params["W_t"]
         return d_x, {name: d_params[name] for name in params}
 
     # -- inspection ----------------------------------------------------------------------

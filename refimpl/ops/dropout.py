@@ -18,20 +18,12 @@ __all__ = ["Dropout", "DropoutCache"]
 
 
 class DropoutCache(NamedTuple):
-    """What :meth:`Dropout.backward` reads: the scaled keep-mask, or None for the identity."""
+    """What :meth:`Dropout.backward` reads: the keep-mask and scale, or None for the identity."""
 
-    scaled_mask: Any  # (*S,) in x's dtype: 1 / (1 - p) where kept, 0 where dropped; or None
+    mask: Any  # (*S,) bool, True = kept; None when dropout was the identity
+    scale: float  # 1 / (1 - p)
     shape: tuple[int, ...]  # of x, to validate the cotangent
     dtype: Any  # of x
-
-    @property
-    def mask(self) -> Any:
-        """The boolean keep-mask (True = kept), ``(*S,)``; None when dropout was the identity.
-
-        Feed it back as ``forward(..., mask=cache.mask)`` or to another
-        implementation to replay the same draw.
-        """
-        return None if self.scaled_mask is None else self.scaled_mask != 0
 
 
 @dataclass(frozen=True)
@@ -52,7 +44,7 @@ class Dropout:
         The keep-mask itself (True = keep), on x's backend. Takes precedence
         over ``rng``, which is then not advanced.
 
-    Returns ``(y, cache)``; cache: :class:`DropoutCache`, whose ``mask`` property
+    Returns ``(y, cache)``; cache: :class:`DropoutCache`, whose ``mask`` field
     is the boolean mask used. Backward: ``d_x = d_y * mask / (1 - p)``.
 
     PyTorch parity: ``torch.nn.functional.dropout`` (same scaling, identity in
@@ -79,8 +71,9 @@ class Dropout:
         mask: Any = None,
     ) -> tuple[Any, DropoutCache]:
         xp = check_input(x)
+        scale = 1.0 / (1.0 - self.p)
         if not training or self.p == 0:
-            return x, DropoutCache(None, tuple(x.shape), x.dtype)
+            return x, DropoutCache(None, scale, tuple(x.shape), x.dtype)
         # F1 the keep-mask: given, or drawn on the host and moved to x's backend
         if mask is not None:
             _check_mask(mask, x)
@@ -92,19 +85,22 @@ class Dropout:
                 "numpy.random.default_rng(seed) or an explicit boolean mask=, or "
                 "training=False for evaluation"
             )
-        # F2 scale the kept entries by 1 / (1 - p) so that E[y] = x
-        scaled_mask = mask.astype(x.dtype) / (1 - self.p)  # (*S,) in x's dtype
-        return x * scaled_mask, DropoutCache(scaled_mask, tuple(x.shape), x.dtype)
+        # F2 keep, and scale the kept entries by 1 / (1 - p) so that E[y] = x
+        y = x * mask  # (*S,) in x's dtype
+        y *= scale  # in place on the fresh product: one pass less
+        return y, DropoutCache(mask, scale, tuple(x.shape), x.dtype)
 
     def backward(
         self, params: dict[str, Any], cache: DropoutCache, d_y: Any
     ) -> tuple[Any, dict[str, Any]]:
-        like = () if cache.scaled_mask is None else (cache.scaled_mask,)
+        like = () if cache.mask is None else (cache.mask,)
         check_cotangent(d_y, cache.shape, cache.dtype, *like)
-        if cache.scaled_mask is None:
+        if cache.mask is None:
             return d_y, {}
         # B2 (of F2) and B1 (of F1): the mask is a constant, so only the scaling flows back
-        return d_y * cache.scaled_mask, {}
+        d_x = d_y * cache.mask
+        d_x *= cache.scale
+        return d_x, {}
 
 
 def _check_mask(mask: Any, x: Any) -> None:

@@ -77,12 +77,17 @@ def propagate(h: Any, weights: Any, src: Segments, dst: Segments) -> Any:
 
 
 def propagate_backward(
-    h: Any, weights: Any, d_out: Any, src: Segments, dst: Segments
+    h: Any, weights: Any, d_out: Any, src: Segments, dst: Segments, h_edges: Any = None
 ) -> tuple[Any, Any]:
-    """Adjoint of :func:`propagate`: returns ``(d_h (N, H, C), d_weights (E, H))``."""
+    """Adjoint of :func:`propagate`: returns ``(d_h (N, H, C), d_weights (E, H))``.
+
+    ``h_edges``, if the caller already has it, is ``gather(h, src)`` (E, H, C).
+    """
     xp = src.xp
+    if h_edges is None:
+        h_edges = gather(h, src)  # (E, H, C)
     d_messages = gather(d_out, dst)  # B2 (E, H, C)
-    d_weights = xp.einsum("ehc,ehc->eh", d_messages, gather(h, src))  # B1 (E, H)
+    d_weights = xp.einsum("ehc,ehc->eh", d_messages, h_edges)  # B1 (E, H)
     if src._backend == "numpy":
         transposed = _head_matrices(weights, src, dst)  # A_h^T, (N, N) per head
         d_h = xp.stack([a @ d_out[:, k, :] for k, a in enumerate(transposed)], axis=1)

@@ -185,7 +185,7 @@ def train_model(
         train_loss = float(loss)
         # 3 backward
         d_logits, _ = loss_block.backward({}, loss_cache, 1.0)
-        _, grads = model.backward(params, cache, d_logits)
+        _, grads = model.backward(params, cache, d_logits, input_grad=False)
         bad = _first_non_finite(grads)
         if bad is not None or not math.isfinite(train_loss):
             raise TrainingDiverged(

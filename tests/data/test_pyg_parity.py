@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 import pytest
 
-from refimpl.data import load_geom_gcn, load_planetoid
+from refimpl.data import NodeDataset, load_geom_gcn, load_planetoid
 from tests.data import data_root
 
 
-def pyg_datasets():
+def pyg_datasets() -> ModuleType:
     """Skip without data first, so that a run without REFIMPL_DATA never imports torch."""
     data_root()
     return pytest.importorskip("torch_geometric.datasets")
@@ -29,7 +31,8 @@ def link(files: list[Path], raw_dir: Path) -> None:
         (raw_dir / f.name).symlink_to(f)
 
 
-def assert_same(ours, theirs, masks_column: int | None = None) -> None:
+def assert_same(ours: NodeDataset, theirs: Any, masks_column: int | None = None) -> None:
+    """Edges (order included), features, labels and masks equal; ``theirs`` a PyG Data."""
     np.testing.assert_array_equal(ours.graph.edge_index, theirs.edge_index.numpy())
     np.testing.assert_array_equal(ours.x, theirs.x.numpy().astype(np.float64))
     np.testing.assert_array_equal(ours.y, theirs.y.numpy())

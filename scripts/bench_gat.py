@@ -1,0 +1,216 @@
+"""Benchmark: one full-batch training step (forward, loss, backward, Adam), ours vs PyG.
+
+Configurations (float32, Cora: the shared Planetoid files when ``REFIMPL_DATA``
+is set, else a random graph of Cora's size with binary features):
+
+    a  2-layer GAT v1, 8 heads x 8 hidden, ELU, dropout 0.6 (inputs and attention),
+       one output head, bias (the GAT paper's Cora model)
+    b  10-layer GATv2, width 64, one head, shared weights, ReLU, no bias, no dropout
+
+Each implementation runs in its own subprocess (so peak memory is its own),
+with 2 threads (``OMP_NUM_THREADS`` and friends, ``torch.set_num_threads``).
+Prints the median step time over repeated steps after warm-up, the ratio
+ours / PyG (<= 1: we are at least as fast) and the peak resident memory above
+the process's baseline after loading the data. PyG runs only where
+``torch_geometric`` is installed.
+
+    python scripts/bench_gat.py [--steps 30] [--json results.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+THREADS = "2"
+CONFIGS = {
+    "a": "2-layer GAT v1, 8 heads x 8, ELU, dropout 0.6",
+    "b": "10-layer GATv2, width 64, 1 head, shared W",
+}
+
+
+def _load_cora():
+    import numpy as np
+
+    from refimpl import Graph
+
+    root = os.environ.get("REFIMPL_DATA")
+    if root:
+        from refimpl.data import load_planetoid
+
+        data = load_planetoid(root, "cora", normalize_features=True)
+        return (data.x.astype(np.float32), data.graph, data.y, data.train_mask, "Cora")
+    rng = np.random.default_rng(0)
+    x = (rng.random((2708, 1433)) < 0.0127).astype(np.float32)
+    x /= np.maximum(x.sum(1, keepdims=True), 1)
+    graph = Graph(rng.integers(0, 2708, (2, 10556)), 2708)
+    train = np.zeros(2708, bool)
+    train[:140] = True
+    return x, graph, rng.integers(0, 7, 2708), train, "random graph of Cora's size"
+
+
+def _peak_rss_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _time(step, steps: int) -> float:
+    import statistics
+    import time
+
+    for _ in range(3):
+        step()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+def run_ours(config: str, steps: int) -> dict:
+    import numpy as np
+
+    from refimpl.models import GAT
+    from refimpl.ops.losses import SoftmaxCrossEntropy
+    from refimpl.optim import Adam
+
+    x, graph, y, train, source = _load_cora()
+    if config == "a":
+        model = GAT(
+            x.shape[1],
+            8,
+            7,
+            2,
+            heads=(8, 1),
+            version="v1",
+            bias=True,
+            activation="elu",
+            dropout=0.6,
+            attn_dropout=0.6,
+        )
+    else:
+        model = GAT(x.shape[1], 64, 7, 10, heads=1, version="v2", share_weights=True)
+    params = model.init_params(np.random.default_rng(0), dtype=np.float32)
+    optimizer = Adam(lr=0.005, weight_decay=5e-4)
+    state = optimizer.init(params)
+    rng, loss = np.random.default_rng(1), SoftmaxCrossEntropy()
+    baseline = _peak_rss_mb()
+
+    def step() -> None:
+        nonlocal params, state
+        logits, cache = model.forward(params, x, graph, training=True, rng=rng)
+        _, loss_cache = loss.forward({}, logits, y, train)
+        d_logits, _ = loss.backward({}, loss_cache, 1.0)
+        _, grads = model.backward(params, cache, d_logits, input_grad=False)
+        params, state = optimizer.step(params, grads, state)
+
+    ms = _time(step, steps)
+    return {"ms": ms, "peak_mb": _peak_rss_mb() - baseline, "data": source}
+
+
+def run_pyg(config: str, steps: int) -> dict:
+    import torch
+    import torch.nn.functional as F
+    from torch_geometric.nn import GATConv, GATv2Conv
+
+    torch.set_num_threads(int(THREADS))
+    torch.manual_seed(0)
+    x, graph, y, train, source = _load_cora()
+    x = torch.from_numpy(x)
+    edge_index = torch.from_numpy(graph.edge_index)
+    y, train = torch.from_numpy(y).long(), torch.from_numpy(train)
+    if config == "a":
+        layers = torch.nn.ModuleList(
+            [
+                GATConv(x.shape[1], 8, heads=8, dropout=0.6),
+                GATConv(64, 7, heads=1, concat=False, dropout=0.6),
+            ]
+        )
+    else:
+        widths = [x.shape[1]] + [64] * 9 + [7]
+        layers = torch.nn.ModuleList(
+            [
+                GATv2Conv(widths[i], widths[i + 1], heads=1, share_weights=True, bias=False)
+                for i in range(10)
+            ]
+        )
+    optimizer = torch.optim.Adam(layers.parameters(), lr=0.005, weight_decay=5e-4)
+    baseline = _peak_rss_mb()
+
+    def forward() -> torch.Tensor:
+        h = x
+        for i, layer in enumerate(layers):
+            if config == "a":
+                h = F.dropout(h, p=0.6, training=True)
+            h = layer(h, edge_index)
+            if i < len(layers) - 1:
+                h = F.elu(h) if config == "a" else F.relu(h)
+        return h
+
+    def step() -> None:
+        optimizer.zero_grad()
+        F.cross_entropy(forward()[train], y[train]).backward()
+        optimizer.step()
+
+    ms = _time(step, steps)
+    return {"ms": ms, "peak_mb": _peak_rss_mb() - baseline, "data": source}
+
+
+def _child(which: str, config: str, steps: int) -> dict | None:
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": THREADS,
+        "OPENBLAS_NUM_THREADS": THREADS,
+        "MKL_NUM_THREADS": THREADS,
+    }
+    code = (
+        f"import json, sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); "
+        f"import bench_gat as b; print(json.dumps(b.run_{which}({config!r}, {steps})))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        if which == "pyg" and "No module named" in done.stderr:
+            return None
+        raise RuntimeError(f"{which} {config} failed:\n{done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--json", metavar="PATH")
+    args = parser.parse_args(argv)
+    rows = {}
+    print(f"{'config':<44} {'ours ms':>8} {'PyG ms':>8} {'ratio':>6} {'ours MB':>8} {'PyG MB':>7}")
+    for config, label in CONFIGS.items():
+        ours, pyg = _child("ours", config, args.steps), _child("pyg", config, args.steps)
+        ratio = ours["ms"] / pyg["ms"] if pyg else None
+        rows[config] = {
+            "label": label,
+            "ours_ms": ours["ms"],
+            "pyg_ms": pyg["ms"] if pyg else None,
+            "ratio": ratio,
+            "ours_peak_mb": ours["peak_mb"],
+            "pyg_peak_mb": pyg["peak_mb"] if pyg else None,
+            "data": ours["data"],
+        }
+        pyg_text = f"{pyg['ms']:>8.1f}" if pyg else f"{'n/a':>8}"
+        ratio_text = f"{ratio:>6.2f}" if ratio else f"{'n/a':>6}"
+        pyg_mb = f"{pyg['peak_mb']:>7.0f}" if pyg else f"{'n/a':>7}"
+        print(
+            f"{config + ' ' + label:<44} {ours['ms']:>8.1f} {pyg_text} {ratio_text} "
+            f"{ours['peak_mb']:>8.0f} {pyg_mb}"
+        )
+    print(f"data: {rows['a']['data']}; float32; {THREADS} threads; median of {args.steps} steps")
+    if args.json:
+        with open(args.json, "w") as stream:
+            json.dump(rows, stream, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""The command line: demo, train (seeds, resume, divergence), sweep and plot, end to end."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from refimpl.cli import main
+
+FAST = ["--epochs", "4", "--no-progress", "--hidden", "4"]
+
+
+def test_no_command_prints_help(capsys: pytest.CaptureFixture) -> None:
+    assert main([]) == 2
+    assert "demo" in capsys.readouterr().out
+
+
+def test_demo_runs_and_trains(capsys: pytest.CaptureFixture) -> None:
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert "all within 1e-06" in out and "best validation accuracy" in out
+
+
+def test_train_several_seeds_writes_the_run(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["train", *FAST, "--seeds", "0", "1", "--out", str(tmp_path)]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert [run["seed"] for run in summary["runs"]] == [0, 1]
+    assert summary["config"]["dataset"] == "csbm"
+    for seed in (0, 1):
+        with np.load(tmp_path / f"seed{seed}" / "final.npz") as final:
+            assert "layer0.W_s" in final.files
+    assert "test accuracy at best validation" in capsys.readouterr().out
+
+
+def test_train_resume_through_the_command_line(tmp_path: Path) -> None:
+    # The same run twice: once straight through, once stopped at epoch 4 and resumed.
+    args = ["train", "--no-progress", "--hidden", "4", "--dtype", "float64", "--dropout", "0.2"]
+    assert main([*args, "--epochs", "6", "--out", str(tmp_path / "full")]) == 0
+    assert (
+        main([*args, "--epochs", "4", "--checkpoint-every", "4", "--out", str(tmp_path / "part")])
+        == 0
+    )
+    assert (
+        main([*args, "--epochs", "6", "--resume", str(tmp_path / "part" / "checkpoint.npz")]) == 0
+    )
+    with np.load(tmp_path / "full" / "final.npz") as a:
+        with np.load(tmp_path / "part" / "final.npz") as b:
+            assert all(np.array_equal(a[k], b[k]) for k in a.files)
+
+
+def test_diverging_training_exits_non_zero(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    code = main(
+        [
+            "train",
+            *FAST,
+            "--optimizer",
+            "sgd",
+            "--lr",
+            "1e30",
+            "--epochs",
+            "30",
+            "--out",
+            str(tmp_path),
+        ]
+    )
+    assert code == 1
+    assert "training diverged: epoch" in capsys.readouterr().out
+
+
+def test_sweep_prints_the_table(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert (
+        main(["sweep", *FAST, "--depths", "1", "2", "--seeds", "0", "1", "--out", str(tmp_path)])
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "L=1" in out and "L=2" in out and "csbm" in out
+    cells = json.loads((tmp_path / "sweep.json").read_text())
+    assert [(c["depth"], c["diverged"]) for c in cells] == [(1, False), (2, False)]
+    assert (tmp_path / "csbm" / "xavier" / "L2" / "seed1" / "final.npz").is_file()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="no matplotlib")
+def test_plot_draws_curves_and_heat_map(tmp_path: Path) -> None:
+    assert main(["train", *FAST, "--layers", "3", "--out", str(tmp_path)]) == 0
+    assert main(["plot", str(tmp_path)]) == 0
+    for name in ("curves.png", "grad_norms.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_without_a_log_says_so(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    with pytest.raises(SystemExit, match=r"no log\.jsonl"):
+        main(["plot", str(tmp_path)])
+
+
+def test_file_backed_dataset_without_root_says_how_to_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("REFIMPL_DATA", raising=False)
+    with pytest.raises(ValueError, match=r"REFIMPL_DATA|--data-root"):
+        main(["train", *FAST, "--dataset", "cora", "--data-root", ""])
