@@ -13,13 +13,16 @@ Forward and backward side by side:
     B1  d_w = sum_c d_messages * gather(h, src)            (E, H)
         d_h = segment_sum(d_messages * w[..., None], src)  (N, H, C)
 
-On NumPy the aggregation never materialises the ``(E, H, C)`` messages: per
-head, ``A_h @ h_h`` forward and ``A_h^T @ d_out_h`` backward, with ``scipy.sparse``
-CSR matrices that reuse the cached structure of the segments
-(``scripts/bench_propagate.py``, Cora-sized graph, 2 cores: forward 1.6x faster
-at 8 heads x 8 channels and 3.5-4.3x at 64 channels; backward 1.0-1.3x, where
-the per-edge products for ``d_w`` dominate). Other backends run the steps
-literally.
+On NumPy the forward never materialises the ``(E, H, C)`` messages: per head,
+``A_h @ h_h`` with a ``scipy.sparse`` CSR matrix whose structure is built once
+per graph. The backward needs ``d_messages`` anyway (for ``d_w``); for ``d_h``
+the per-head products ``A_h^T @ d_out_h`` read strided per-head slices, which
+pays off only for one head or wide heads, so otherwise it reuses
+``d_messages`` (B1 as written: one segment-sum product over all ``H * C``
+columns). Measured by ``scripts/bench_propagate.py`` (Cora-sized graph, 2
+cores), sparse per head against the literal steps: forward 1.6x faster at 8
+heads x 8 channels and ~4x at 64 channels; backward 1.2x at 1 x 64 and 1.3x at
+8 x 64, but 0.9x at 8 x 8. Other backends run the steps literally.
 """
 
 from __future__ import annotations
@@ -30,23 +33,43 @@ from refimpl.ops.segment import Segments, gather, segment_sum
 
 __all__ = ["propagate", "propagate_backward"]
 
+_WIDE_HEAD = 32  # channels per head from which per-head sparse products win in the backward
+
+
+def _structure(rows: Segments, columns: Segments) -> tuple[Any, Any, Any]:
+    """``(edge_order, column, indptr)`` of the CSR ``(R, C)`` matrices, built once per pair.
+
+    Edges grouped by row (the cached order of ``rows``' segment-sum matrix);
+    ``column`` and ``indptr`` as int32 so that SciPy takes them without scanning
+    them for a narrower index type on every call.
+    """
+    import numpy as np
+
+    cached = rows._structures.get(columns)
+    if cached is None:
+        structure = rows._sum_matrix(np.float64)  # CSR (R, E): indices = edges grouped by row
+        edge_order = structure.indices  # (E,)
+        index_type = np.int32 if max(rows.num_items, columns.num_segments) < 2**31 else np.int64
+        column = columns.index[edge_order].astype(index_type)  # (E,) in CSR order
+        cached = (edge_order, column, structure.indptr.astype(index_type))
+        rows._structures[columns] = cached
+    return cached
+
 
 def _head_matrices(weights: Any, rows: Segments, columns: Segments) -> list[Any]:
     """Per head, CSR ``(R, C)`` with entry ``w_e`` at ``(rows.index[e], columns.index[e])``.
 
     ``rows = dst, columns = src`` gives ``A_h`` (forward); ``rows = src,
     columns = dst`` gives ``A_h^T`` directly in CSR (backward), without a
-    transpose. The structure (edge order, row pointers) is the cached one of
-    ``rows``' segment-sum matrix; only the values change per call.
+    transpose. The structure is built once per pair of segmentations; only the
+    values change per call.
     """
     import scipy.sparse as sp
 
-    structure = rows._sum_matrix(weights.dtype)  # CSR (R, E): indices = edges grouped by row
-    edge_order = structure.indices  # (E,)
-    column = columns.index[edge_order]  # (E,) column of each edge, in CSR order
+    edge_order, column, indptr = _structure(rows, columns)
     shape = (rows.num_segments, columns.num_segments)
     return [
-        sp.csr_matrix((weights[edge_order, h], column, structure.indptr), shape=shape)
+        sp.csr_matrix((weights[edge_order, h], column, indptr), shape=shape, copy=False)
         for h in range(weights.shape[1])
     ]
 
@@ -88,7 +111,8 @@ def propagate_backward(
         h_edges = gather(h, src)  # (E, H, C)
     d_messages = gather(d_out, dst)  # B2 (E, H, C)
     d_weights = xp.einsum("ehc,ehc->eh", d_messages, h_edges)  # B1 (E, H)
-    if src._backend == "numpy":
+    heads, channels = d_out.shape[1:]
+    if src._backend == "numpy" and (heads == 1 or channels >= _WIDE_HEAD):
         transposed = _head_matrices(weights, src, dst)  # A_h^T, (N, N) per head
         d_h = xp.stack([a @ d_out[:, k, :] for k, a in enumerate(transposed)], axis=1)
     else:

@@ -28,6 +28,7 @@ stand-in) use ``xp.add.at`` / ``xp.maximum.at``, which CuPy >= 13 provides.
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any
 
 from refimpl.backend import backend_name, get_array_module
@@ -64,6 +65,9 @@ class Segments:
         self.xp = get_array_module(index)
         self._backend = backend_name(self.xp)
         self._sum_matrices: dict[Any, Any] = {}  # NumPy only: dtype -> CSR (N, E)
+        # NumPy only: per other segmentation, the CSR structure of propagate's matrices;
+        # weak keys, so an entry goes when that segmentation (its graph) does
+        self._structures: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     @property
     def num_items(self) -> int:
