@@ -110,6 +110,8 @@ def test_resume_refuses_another_model(dataset: object, tmp_path: Path) -> None:
         )
 
 
+# lr = 1e30 overflows on purpose; NumPy warns on the way to the error under test
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_divergence_names_epoch_and_layer(dataset: object) -> None:
     config = TrainConfig(epochs=50, optimizer="sgd", lr=1e30)
     with pytest.raises(TrainingDiverged, match=r"epoch \d+: .*layer\d"):
