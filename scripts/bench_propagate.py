@@ -72,8 +72,7 @@ def main(argv: list[str] | None = None) -> None:
     src, dst = graph.src_segments(np), graph.dst_segments(np)
     rows = []
     print(
-        f"{'H x C':>7} {'pass':<9} {'sparse per head ms':>28} {'gather + sum ms':>16} "
-        f"{'ratio':>6}"
+        f"{'H x C':>7} {'pass':<9} {'sparse per head ms':>28} {'gather + sum ms':>16} {'ratio':>6}"
     )
     for heads, channels in SHAPES:
         h = rng.standard_normal((num_nodes, heads, channels))

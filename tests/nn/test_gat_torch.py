@@ -73,6 +73,13 @@ def test_forward_and_gradients_match_torch_autograd(setup: tuple) -> None:
     t_out = torch_gat(conv, t_params, t_x, graph.edge_index, t_keep)
     t_out.backward(torch.tensor(d_out))
 
+    assert_agrees_with_autograd(out, d_x, d_params, t_out, t_x, t_params)
+
+
+def assert_agrees_with_autograd(
+    out: np.ndarray, d_x: np.ndarray, d_params: dict, t_out: object, t_x: object, t_params: dict
+) -> None:
+    """Outputs, and gradients for the input and every parameter, equal autograd's to RTOL."""
     assert max_relative_error(out, t_out.detach().numpy()) <= RTOL
     errors = relative_errors(
         {**d_params, "x": d_x},
