@@ -8,7 +8,7 @@ is set, else a random graph of Cora's size with binary features):
     b  10-layer GATv2, width 64, one head, shared weights, ReLU, no bias, no dropout
 
 Each implementation runs in its own subprocess (so peak memory is its own),
-with 2 threads (``OMP_NUM_THREADS`` and friends, ``torch.set_num_threads``).
+with ``--threads`` threads (default 2; ``OMP_NUM_THREADS`` and friends, ``torch.set_num_threads``).
 Prints the median step time over repeated steps after warm-up, the ratio
 ours / PyG (<= 1: we are at least as fast) and the peak resident memory above
 the process's resident memory after loading the data and building the model
@@ -26,7 +26,6 @@ import os
 import subprocess
 import sys
 
-THREADS = "2"
 CONFIGS = {
     "a": "2-layer GAT v1, 8 heads x 8, ELU, dropout 0.6",
     "b": "10-layer GATv2, width 64, 1 head, shared W",
@@ -128,7 +127,7 @@ def run_pyg(config: str, steps: int) -> dict:
     import torch.nn.functional as F
     from torch_geometric.nn import GATConv, GATv2Conv
 
-    torch.set_num_threads(int(THREADS))
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     torch.manual_seed(0)
     x, graph, y, train, source = _load_cora()
     x = torch.from_numpy(x)
@@ -171,12 +170,12 @@ def run_pyg(config: str, steps: int) -> dict:
     return {"ms": ms, "peak_mb": _status_mb("VmHWM") - baseline, "data": source}
 
 
-def _child(which: str, config: str, steps: int) -> dict | None:
+def _child(which: str, config: str, steps: int, threads: int) -> dict | None:
     env = {
         **os.environ,
-        "OMP_NUM_THREADS": THREADS,
-        "OPENBLAS_NUM_THREADS": THREADS,
-        "MKL_NUM_THREADS": THREADS,
+        "OMP_NUM_THREADS": str(threads),
+        "OPENBLAS_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
     }
     code = (
         f"import json, sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); "
@@ -193,12 +192,16 @@ def _child(which: str, config: str, steps: int) -> dict | None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--threads", type=int, default=2, help="threads for both (default 2)")
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args(argv)
     rows = {}
     print(f"{'config':<44} {'ours ms':>8} {'PyG ms':>8} {'ratio':>6} {'ours MB':>8} {'PyG MB':>7}")
     for config, label in CONFIGS.items():
-        ours, pyg = _child("ours", config, args.steps), _child("pyg", config, args.steps)
+        ours, pyg = (
+            _child("ours", config, args.steps, args.threads),
+            _child("pyg", config, args.steps, args.threads),
+        )
         ratio = ours["ms"] / pyg["ms"] if pyg else None
         rows[config] = {
             "label": label,
@@ -216,7 +219,9 @@ def main(argv: list[str] | None = None) -> None:
             f"{config + ' ' + label:<44} {ours['ms']:>8.1f} {pyg_text} {ratio_text} "
             f"{ours['peak_mb']:>8.0f} {pyg_mb}"
         )
-    print(f"data: {rows['a']['data']}; float32; {THREADS} threads; median of {args.steps} steps")
+    print(
+        f"data: {rows['a']['data']}; float32; {args.threads} threads; median of {args.steps} steps"
+    )
     if args.json:
         with open(args.json, "w") as stream:
             json.dump(rows, stream, indent=2)
