@@ -34,7 +34,7 @@ is zero under every initialisation scheme, so a balanced network stays balanced.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -42,6 +42,7 @@ import numpy as np
 
 from refimpl.backend import asarray, get_array_module
 from refimpl.graph import Graph
+from refimpl.init import INITIALISERS
 from refimpl.nn.gat import GATCache, GATConv
 from refimpl.ops.activations import get_activation
 from refimpl.ops.dropout import Dropout, DropoutCache
@@ -54,7 +55,7 @@ from refimpl.validation import (
     check_same_dtype,
 )
 
-__all__ = ["GAT", "INITIALISERS", "GATLayerCache", "GATModelCache", "init_xavier"]
+__all__ = ["GAT", "GATLayerCache", "GATModelCache"]
 
 
 class GATLayerCache(NamedTuple):
@@ -188,7 +189,7 @@ class GAT:
         """Parameters from the scheme ``INITIALISERS[init]``, moved to ``backend`` in ``dtype``.
 
         Drawn on the host in float64 (so every backend and dtype gets the same
-        numbers for one seed). ``"xavier"``: see :func:`init_xavier`.
+        numbers for one seed). Schemes: :data:`refimpl.init.INITIALISERS`.
         """
         if init not in INITIALISERS:
             raise ValueError(
@@ -349,27 +350,3 @@ def _out_width(conv: GATConv) -> int:
 def _skip(conv: GATConv) -> Linear:
     """The residual block of a layer: ``d W_res^T``, ``(N, n_{l-1}) -> (N, n_l)``."""
     return Linear(conv.in_channels, _out_width(conv), bias=False)
-
-
-def init_xavier(model: GAT, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Each layer's ``GATConv.init_params`` (Glorot uniform, PyG-style), zero bias and res_W.
-
-    Draw order: layer 0's weights and attention in ``GATConv.param_shapes``
-    order, then layer 1's, ...; zeros draw nothing. So this equals calling
-    ``conv.init_params(rng)`` for each of ``model.layers`` in turn.
-    """
-    params = {}
-    for i, conv in enumerate(model.layers):
-        for name, value in conv.init_params(rng, backend="numpy").items():
-            params[f"layer{i}.{name}"] = value
-        if model.residual:
-            params[f"layer{i}.res_W"] = np.zeros((_out_width(conv), conv.in_channels))
-    return params
-
-
-# Initialisation schemes by name: fn(model, rng) -> host float64 arrays keyed and ordered as
-# model.param_shapes(). Register more (balanced Bal_X / Bal_O, GAT-balance Procedure 2.6) here;
-# every scheme must leave res_W zero.
-INITIALISERS: dict[str, Callable[[GAT, np.random.Generator], dict[str, np.ndarray]]] = {
-    "xavier": init_xavier,
-}
