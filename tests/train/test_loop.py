@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from refimpl.backend import to_numpy
 from refimpl.data import contextual_sbm
 from refimpl.models import GAT
 from refimpl.train import (
@@ -199,3 +200,19 @@ def test_confidence_interval_is_student_t() -> None:
     assert summary["test_acc_ci95"] == pytest.approx(half, rel=1e-12)
     assert summary["epochs_to_best_mean"] == pytest.approx(3.0)
     assert summarize(results[:1])["test_acc_ci95"] is None
+
+
+def test_training_on_the_strict_backend_matches_numpy(dataset: object) -> None:
+    # The whole step (model, loss, optimiser, metrics) runs without a stray NumPy call, and
+    # gives the numbers of the NumPy run up to summation order.
+    config = TrainConfig(epochs=4, seed=2)
+    host = train_model(small_model(dataset), dataset, config)
+    device = train_model(small_model(dataset), dataset, config, backend="strict")
+    assert (device.best_epoch, device.val_acc, device.test_acc) == (
+        host.best_epoch,
+        host.val_acc,
+        host.test_acc,
+    )
+    assert device.final_train_loss == pytest.approx(host.final_train_loss, rel=1e-12)
+    for name, value in host.params.items():
+        np.testing.assert_allclose(to_numpy(device.params[name]), value, rtol=1e-10, atol=1e-12)
