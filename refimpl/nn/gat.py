@@ -66,7 +66,7 @@ class GATCache(NamedTuple):
     graph: Graph  # the graph attended over (self-loops handled)
     h_src: Any  # (N, H, C) W_s x (v1: W x)
     h_dst: Any  # (N, H, C) W_t x (v1 and shared v2: the same array as h_src)
-    pre: Any  # LeakyReLU input: v1 (E, H) summed scores; v2 (E, H, C) W_s h_u + W_t h_v
+    pre: Any  # LeakyReLU input (v1 (E, H), v2 (E, H, C)); kept to inspect kink distances
     positive: Any  # pre > 0, the LeakyReLU's branch
     act: Any  # v2: LeakyReLU output (E, H, C), for d att; v1: None
     h_src_edges: Any  # v2: W_s h_u per edge (E, H, C), reused by the backward; v1: None
