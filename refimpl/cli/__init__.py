@@ -32,7 +32,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    return args.run(args)
+    try:
+        return args.run(args)
+    except (ValueError, FileNotFoundError) as err:  # bad input: its message, not a traceback
+        print(f"refimpl {args.command}: error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from refimpl.init import INITIALISERS
 from refimpl.train import TrainConfig
 
 __all__ = [
@@ -87,7 +88,9 @@ def add_training_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="stop once the training loss is below this (GAT-balance: 1e-4)",
     )
-    group.add_argument("--init", default="xavier", help="initialisation scheme")
+    group.add_argument(
+        "--init", default="xavier", choices=sorted(INITIALISERS), help="initialisation scheme"
+    )
     group.add_argument(
         "--checkpoint-every",
         type=int,

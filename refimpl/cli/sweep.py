@@ -17,6 +17,7 @@ from refimpl.cli.options import (
     load_data,
     train_config,
 )
+from refimpl.init import INITIALISERS
 from refimpl.train import TrainingDiverged, run_seeds
 
 __all__ = ["add_parser", "format_table", "run"]
@@ -29,7 +30,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--datasets", nargs="+", default=["csbm"])
     parser.add_argument("--depths", type=int, nargs="+", default=[2, 5])
-    parser.add_argument("--inits", nargs="+", default=["xavier"])
+    parser.add_argument("--inits", nargs="+", default=["xavier"], choices=sorted(INITIALISERS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--out", type=Path, default=None, help="default runs/sweep-<time>")
     add_data_options(parser)

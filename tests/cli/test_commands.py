@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -99,7 +100,15 @@ def test_plot_without_a_log_says_so(tmp_path: Path) -> None:
         main(["plot", str(tmp_path)])
 
 
-def test_file_backed_dataset_without_root_says_how_to_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_file_backed_dataset_without_root_says_how_to_fix(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     monkeypatch.delenv("REFIMPL_DATA", raising=False)
-    with pytest.raises(ValueError, match=r"REFIMPL_DATA|--data-root"):
-        main(["train", *FAST, "--dataset", "cora", "--data-root", ""])
+    assert main(["train", *FAST, "--dataset", "cora", "--data-root", ""]) == 2
+    assert re.search(r"refimpl train: error: .*(REFIMPL_DATA|--data-root)", capsys.readouterr().err)
+
+
+def test_unknown_dataset_lists_the_valid_names(capsys: pytest.CaptureFixture) -> None:
+    assert main(["train", *FAST, "--dataset", "corra"]) == 2
+    err = capsys.readouterr().err
+    assert "corra" in err and "cora" in err and "Traceback" not in err
