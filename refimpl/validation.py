@@ -16,9 +16,11 @@ from refimpl.backend import get_array_module, is_array
 __all__ = [
     "NonFiniteError",
     "check_array",
+    "check_block_inputs",
     "check_cotangent",
     "check_finite",
     "check_input",
+    "check_keys",
     "check_params",
     "check_same_dtype",
 ]
@@ -105,17 +107,38 @@ def check_same_dtype(values: Mapping[str, Any], reference: Any, reference_name: 
             )
 
 
+def check_keys(given: Mapping[str, Any], expected: list[str], problem: str, fix: str) -> None:
+    """``given`` has exactly the keys ``expected``; else a ValueError listing the difference."""
+    missing = [k for k in expected if k not in given]
+    unexpected = [k for k in given if k not in expected]
+    if missing or unexpected:
+        raise ValueError(
+            f"{problem}: missing {missing}, unexpected {unexpected}; {fix} "
+            f"(expected keys: {expected})"
+        )
+
+
+def check_block_inputs(
+    params: Any, shapes: Mapping[str, tuple], owner: str, x: Any, in_features: int
+) -> ModuleType:
+    """A block's parameters and its input ``x`` (N, in_features): keys, shapes, finiteness,
+    one backend, one dtype. Returns the array module."""
+    check_params(params, shapes, owner)
+    xp = check_input(x, "x", shape=(None, in_features))
+    get_array_module(x, *params.values())  # TypeError if x and params are on two backends
+    check_same_dtype(params, x, "x")
+    return xp
+
+
 def check_params(params: Any, shapes: Mapping[str, tuple], owner: str) -> None:
     """``params`` has exactly the keys of ``shapes``, each a finite float array of that shape."""
     if not isinstance(params, Mapping):
         raise TypeError(f"params must be a dict of arrays, got {type(params).__name__}")
-    missing = [k for k in shapes if k not in params]
-    unexpected = [k for k in params if k not in shapes]
-    if missing or unexpected:
-        raise ValueError(
-            f"{owner} parameters do not match its configuration: missing {missing}, "
-            f"unexpected {unexpected}; create them with init_params (expected keys: "
-            f"{list(shapes)})"
-        )
+    check_keys(
+        params,
+        list(shapes),
+        f"{owner} parameters do not match its configuration",
+        "create them with init_params",
+    )
     for name, shape in shapes.items():
         check_input(params[name], f"params[{name!r}]", shape=shape)

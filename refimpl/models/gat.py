@@ -40,7 +40,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from refimpl.backend import asarray, get_array_module
+from refimpl.backend import asarray
 from refimpl.graph import Graph
 from refimpl.init import INITIALISERS
 from refimpl.nn.gat import GATCache, GATConv
@@ -49,10 +49,10 @@ from refimpl.ops.dropout import Dropout, DropoutCache
 from refimpl.ops.linear import Linear, LinearCache
 from refimpl.validation import (
     NonFiniteError,
+    check_block_inputs,
     check_cotangent,
-    check_input,
+    check_keys,
     check_params,
-    check_same_dtype,
 )
 
 __all__ = ["GAT", "GATLayerCache", "GATModelCache"]
@@ -326,20 +326,16 @@ class GAT:
             )
         if not needed or noise is None:
             return {}
-        missing = [k for k in needed if k not in noise]
-        unexpected = [k for k in noise if k not in needed]
-        if missing or unexpected:
-            raise ValueError(
-                f"noise does not match the masks this forward draws: missing {missing}, "
-                f"unexpected {unexpected} (expected keys: {needed})"
-            )
+        check_keys(
+            noise,
+            needed,
+            "noise does not match the masks this forward draws",
+            "pass exactly these keep-masks",
+        )
         return noise
 
     def _check_inputs(self, params: dict[str, Any], x: Any) -> None:
-        check_params(params, self.param_shapes(), "GAT")
-        check_input(x, "x", shape=(None, self.in_channels))
-        get_array_module(x, *params.values())  # TypeError if x and params are on two backends
-        check_same_dtype(params, x, "x")
+        check_block_inputs(params, self.param_shapes(), "GAT", x, self.in_channels)
 
 
 def _out_width(conv: GATConv) -> int:

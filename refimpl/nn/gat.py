@@ -54,7 +54,7 @@ from refimpl.ops.activations import leaky_relu, leaky_relu_backward, select_by_m
 from refimpl.ops.dropout import Dropout
 from refimpl.ops.propagate import propagate, propagate_backward
 from refimpl.ops.segment import gather, segment_softmax, segment_softmax_backward, segment_sum
-from refimpl.validation import check_cotangent, check_input, check_params, check_same_dtype
+from refimpl.validation import check_block_inputs, check_cotangent
 
 __all__ = ["GATCache", "GATConv"]
 
@@ -315,9 +315,7 @@ class GATConv:
         return cache.graph.edge_index_on(get_array_module(cache.alpha)), cache.alpha
 
     def _check_inputs(self, params: dict[str, Any], x: Any, graph: Graph) -> Graph:
-        check_params(params, self.param_shapes(), "GATConv")
-        check_input(x, "x", shape=(None, self.in_channels))
-        get_array_module(x, *params.values())  # TypeError if x and params are on two backends
+        check_block_inputs(params, self.param_shapes(), "GATConv", x, self.in_channels)
         if not isinstance(graph, Graph):
             raise TypeError(f"graph must be a refimpl.Graph, got {type(graph).__name__}")
         if x.shape[0] != graph.num_nodes:
@@ -325,5 +323,4 @@ class GATConv:
                 f"x has {x.shape[0]} rows but the graph has {graph.num_nodes} nodes; "
                 "x must hold one feature row per node"
             )
-        check_same_dtype(params, x, "x")
         return self.prepare_graph(graph)

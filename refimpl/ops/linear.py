@@ -14,8 +14,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from refimpl.backend import asarray, get_array_module
-from refimpl.validation import check_cotangent, check_input, check_params, check_same_dtype
+from refimpl.backend import asarray
+from refimpl.validation import check_block_inputs, check_cotangent
 
 __all__ = ["Linear", "LinearCache"]
 
@@ -83,10 +83,7 @@ class Linear:
 
     def forward(self, params: dict[str, Any], x: Any) -> tuple[Any, LinearCache]:
         """``y = x W^T + b``: x (N, in) -> y (N, out), and the cache."""
-        check_params(params, self.param_shapes(), "Linear")
-        check_input(x, "x", shape=(None, self.in_features))
-        get_array_module(x, *params.values())  # TypeError if x and params live on two backends
-        check_same_dtype(params, x, "x")
+        check_block_inputs(params, self.param_shapes(), "Linear", x, self.in_features)
         weight = params["W"]
         # F1 the linear map
         y = x @ weight.T  # (N, in) @ (in, out) -> (N, out)
