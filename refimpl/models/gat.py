@@ -9,10 +9,11 @@ and ``n_L = out_channels``. Per layer (forward steps as numbered in the code):
     F3  z    = z + d W_res^T                           residual=True only
     F4  h^l  = phi(z)                                  hidden layers only; the last gives logits
 
-Hidden layers concatenate their ``H_l`` heads (``n_l = H_l * hidden_channels``);
-the last averages its heads (``n_L = out_channels``). Eq. 1 applies ``phi`` on
-every layer; here, as in PyG's ``GAT`` model, the last layer has none, so the
-output is logits for a softmax cross-entropy.
+Hidden layers concatenate their ``H_l`` heads (``n_l = H_l * hidden_channels``;
+with ``concat=False`` they average them, ``n_l = hidden_channels``, the second
+form of GAT-balance Thm 6.4); the last averages its heads (``n_L = out_channels``).
+Eq. 1 applies ``phi`` on every layer; here, as in PyG's ``GAT`` model, the last
+layer has none, so the output is logits for a softmax cross-entropy.
 
 Parameters: one flat ordered dict keyed ``layer{l}.{name}``, ``l`` from 0,
 ``name`` the ``GATConv`` names (v1: ``W``, ``att_src``, ``att_dst``; v2:
@@ -105,12 +106,14 @@ class GAT:
     version: str = "v2"  # GAT-balance's GAT is GATv2 (its footnote 1)
     share_weights: bool = True  # W_s = W_t, GAT-balance Def. 2.1
     bias: bool = False  # Def. 2.1 has none
-    activation: str = "relu"  # phi, by get_activation name ("leaky_relu": slope 0.01)
+    activation: str = "relu"  # phi, by get_activation name
+    activation_slope: float = 0.01  # phi's negative slope for "leaky_relu" (PyTorch default)
     dropout: float = 0.0  # on every layer's input; GAT paper: 0.6
     attn_dropout: float = 0.0  # on the attention coefficients; GAT paper: 0.6
     residual: bool = False  # linear skip d W_res^T, zero-initialised
     negative_slope: float = 0.2  # the attention's LeakyReLU; GAT paper, PyG default
     add_self_loops: bool = True  # PyG default
+    concat: bool = True  # hidden layers concatenate heads; False averages them (Thm 6.4)
     layers: tuple[GATConv, ...] = field(init=False, repr=False, compare=False)  # derived
 
     def __post_init__(self) -> None:
@@ -122,7 +125,7 @@ class GAT:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:
                 raise ValueError(f"GAT {name} must be a probability in [0, 1), got {value!r}")
-        get_activation(self.activation)  # ValueError listing the valid names
+        self._phi()  # ValueError listing the valid names, or on a bad slope
         heads = self._heads_per_layer()
         if not isinstance(self.heads, int):
             object.__setattr__(self, "heads", heads)
@@ -133,7 +136,7 @@ class GAT:
                 in_channels=width,
                 out_channels=self.out_channels if last else self.hidden_channels,
                 heads=layer_heads,
-                concat=not last,
+                concat=self.concat and not last,
                 version=self.version,
                 share_weights=self.share_weights,
                 negative_slope=self.negative_slope,
@@ -218,7 +221,7 @@ class GAT:
         """
         self._check_inputs(params, x)
         noise = self._check_noise(rng, noise) if training else {}
-        phi = get_activation(self.activation)
+        phi = self._phi()
         h, layer_caches = x, []
         for i, conv in enumerate(self.layers):
             try:
@@ -278,7 +281,7 @@ class GAT:
         h_in = cache.layers[0].conv.x  # (N, n_0): x's rows, dtype and backend
         shape = (h_in.shape[0], self.out_channels)
         check_cotangent(d_logits, shape, h_in.dtype, h_in, name="d_logits")
-        phi = get_activation(self.activation)
+        phi = self._phi()
         d_params: dict[str, Any] = {}
         d_h = d_logits
         for i in reversed(range(self.num_layers)):
@@ -310,6 +313,12 @@ class GAT:
         return d_h, {name: d_params[name] for name in params}
 
     # -- helpers -----------------------------------------------------------------------
+    def _phi(self) -> Any:
+        """The activation between layers (Eq. 1's ``phi``)."""
+        if self.activation == "leaky_relu":
+            return get_activation("leaky_relu", negative_slope=self.activation_slope)
+        return get_activation(self.activation)
+
     def _check_noise(self, rng: Any, noise: dict[str, Any] | None) -> dict[str, Any]:
         """The masks to replay in training (``{}``: draw from ``rng``); keys in draw order."""
         needed = [
