@@ -98,6 +98,12 @@ def add_training_options(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="write checkpoint.npz every N epochs (atomic)",
     )
+    group.add_argument(
+        "--diagnostics",
+        action="store_true",
+        help="log balancedness c and the conservation residual every epoch, and the "
+        "fraction of parameters changed (GAT-balance Sec. 2); refimpl plot draws them",
+    )
     group.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -142,6 +148,7 @@ def train_config(args: argparse.Namespace, init: str | None = None) -> TrainConf
         loss_threshold=args.loss_threshold,
         checkpoint_every=args.checkpoint_every,
         init=init or args.init,
+        diagnostics=getattr(args, "diagnostics", False),
     )
 
 

@@ -1,4 +1,9 @@
-"""``refimpl plot RUN``: training curves and a per-layer gradient-norm heat map, as PNG."""
+"""``refimpl plot RUN``: training curves and a per-layer gradient-norm heat map, as PNG.
+
+Runs trained with ``--diagnostics`` also get ``balance.png``: per hidden layer,
+the layer sum of the balancedness ``c`` (GAT-balance Cor 2.4) and the spread of
+``c`` over its neurons, with the conservation residual (Eq. 7) per epoch.
+"""
 
 from __future__ import annotations
 
@@ -96,7 +101,37 @@ def plot_run(run_dir: Path, kind: str = "feature") -> list[Path]:
     heat = run_dir / "grad_norms.png"
     figure.savefig(heat, dpi=120)
     plt.close(figure)
-    return [curves, heat]
+    written = [curves, heat]
+    if "balancedness" in records[0]:
+        written.append(_plot_balance(plt, run_dir, epochs, records))
+    return written
+
+
+def _plot_balance(plt: Any, run_dir: Path, epochs: list[int], records: list[dict]) -> Path:
+    """``balance.png``: c per hidden layer (sum, min..max band) and the relative residual."""
+    layers = list(records[0]["balancedness"])
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for layer in layers:
+        series = [r["balancedness"][layer] for r in records]
+        (line,) = left.plot(epochs, [b["sum"] for b in series], label=f"{layer} sum")
+        left.fill_between(
+            epochs,
+            [b["min"] for b in series],
+            [b["max"] for b in series],
+            color=line.get_color(),
+            alpha=0.2,
+        )
+        residual = [max(r["conservation"][layer], 1e-18) for r in records]
+        right.semilogy(epochs, residual, label=layer, color=line.get_color())
+    left.set(xlabel="epoch", ylabel="c", title="balancedness c (sum; band: min..max per neuron)")
+    right.set(xlabel="epoch", ylabel="max |delta| / scale", title="conservation residual (Eq. 7)")
+    if len(layers) <= 10:
+        left.legend(fontsize="small")
+    figure.tight_layout()
+    path = run_dir / "balance.png"
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
 
 
 def run(args: argparse.Namespace) -> int:

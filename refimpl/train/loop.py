@@ -32,7 +32,13 @@ from typing import Any
 
 import numpy as np
 
-from refimpl.backend import asarray, get_array_module
+from refimpl.backend import asarray, get_array_module, to_numpy
+from refimpl.diagnostics import (
+    balancedness_summary,
+    conservation_residuals,
+    fraction_changed,
+    relative_grad_norms,
+)
 from refimpl.metrics import accuracy, roc_auc
 from refimpl.ops.losses import BCEWithLogits, SoftmaxCrossEntropy
 from refimpl.optim import make_optimizer
@@ -58,6 +64,7 @@ class TrainConfig:
     checkpoint_every: int = 0  # epochs between checkpoints; 0: none
     seed: int = 0
     init: str = "xavier"  # initialisation scheme of the model
+    diagnostics: bool = False  # log GAT-balance's balancedness and conservation residual
 
     def __post_init__(self) -> None:
         if self.epochs < 1:
@@ -86,32 +93,6 @@ def _layer_of(name: str) -> str:
     return name.split(".", 1)[0]
 
 
-def relative_grad_norms(params: dict[str, Any], grads: dict[str, Any]) -> dict[str, dict]:
-    """Per layer, ``||grad||_F / ||param||_F`` for feature weights and attention vectors.
-
-    Feature parameters are the ``W*`` and ``res_W`` matrices, attention the
-    ``att*`` vectors (biases are left out). Returns ``{layer: {"feature": r,
-    "attention": r}}`` with ``None`` where the parameters are all zero (a
-    relative norm is undefined there: zero-initialised attention, say).
-    """
-    squares: dict[str, dict[str, list[float]]] = {}
-    for name, value in params.items():
-        layer, local = name.split(".", 1) if "." in name else ("model", name)
-        kind = "attention" if local.startswith("att") else "feature"
-        if not (local.startswith(("W", "res_W")) or kind == "attention"):
-            continue
-        xp = get_array_module(value)
-        entry = squares.setdefault(layer, {}).setdefault(kind, [0.0, 0.0])
-        entry[0] += float(xp.sum(grads[name] * grads[name]))
-        entry[1] += float(xp.sum(value * value))
-    return {
-        layer: {
-            kind: (math.sqrt(g) / math.sqrt(p) if p > 0 else None) for kind, (g, p) in kinds.items()
-        }
-        for layer, kinds in squares.items()
-    }
-
-
 def _first_non_finite(arrays: dict[str, Any]) -> str | None:
     for name, value in arrays.items():
         if not bool(get_array_module(value).isfinite(value).all()):
@@ -132,8 +113,13 @@ def train_model(
     """Train ``model`` on ``dataset`` (a ``refimpl.data.NodeDataset``); see the module docstring.
 
     ``out_dir`` receives ``log.jsonl``, ``final.npz``, ``summary.json`` and, with
-    ``checkpoint_every``, ``checkpoint.npz``. ``resume`` continues from such a
-    checkpoint. The dtype of ``dataset.x`` sets the training precision.
+    ``checkpoint_every``, ``checkpoint.npz``. With ``config.diagnostics`` each log
+    line also holds ``balancedness`` and ``conservation`` (per hidden layer), and
+    the run writes ``initial.npz``, ``best.npz`` (the parameters at the best
+    validation epoch) and ``changes.json``: per layer, the fraction of parameters
+    whose change exceeds 0, 0.05 and 0.5 (``refimpl.diagnostics.fraction_changed``).
+    ``resume`` continues from such a checkpoint. The dtype of ``dataset.x`` sets the
+    training precision.
     """
     x = asarray(dataset.x, backend=backend)
     y = asarray(dataset.y, backend=backend)
@@ -163,6 +149,11 @@ def train_model(
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:
         _truncate_log(out, start)
+    # Diagnostics compare the parameters at the best epoch with the initial ones;
+    # a resumed run finds both beside its checkpoint.
+    initial = best_params = None
+    if config.diagnostics:
+        initial, best_params = _diagnostic_params(out, params, resume)
     epochs = range(start, config.epochs)
     if progress:
         from tqdm import tqdm
@@ -172,10 +163,17 @@ def train_model(
     def metric(logits: Any, mask: Any) -> float:
         return roc_auc(logits, y, mask) if multi_label else accuracy(logits, y, mask)
 
+    # Without dropout the training forward of epoch t+1 equals the evaluation
+    # forward of epoch t (same parameters, no noise drawn), so it is reused: a
+    # third less work per epoch, bit-identical results.
+    deterministic = getattr(model, "dropout", 0) == 0 and getattr(model, "attn_dropout", 0) == 0
+    reused = None
     epoch = start - 1
     for epoch in epochs:
         # 1-2 forward in training mode, loss on the training nodes
-        logits, cache = _forward(model, params, x, graph, epoch, training=True, rng=dropout_rng)
+        if reused is None:
+            reused = _forward(model, params, x, graph, epoch, training=True, rng=dropout_rng)
+        logits, cache = reused
         if not bool(get_array_module(logits).isfinite(logits).all()):
             last = getattr(model, "num_layers", 1) - 1
             raise TrainingDiverged(
@@ -193,6 +191,14 @@ def train_model(
                 f"{_layer_of(bad) if bad else '?'} ({bad}); lower the learning rate"
             )
         norms = relative_grad_norms(params, grads)
+        if config.diagnostics:
+            pre_step = {
+                "balancedness": balancedness_summary(params),
+                "conservation": {
+                    f"layer{i}": float(r.relative.max())
+                    for i, r in enumerate(conservation_residuals(params, grads))
+                },
+            }
         # 4 optimiser step
         params, opt_state = optimizer.step(params, grads, opt_state)
         bad = _first_non_finite(params)
@@ -202,10 +208,13 @@ def train_model(
                 "lower the learning rate"
             )
         # 5-6 evaluate the updated model, select on validation accuracy
-        eval_logits, _ = _forward(model, params, x, graph, epoch, training=False)
+        eval_logits, eval_cache = _forward(model, params, x, graph, epoch, training=False)
+        reused = (eval_logits, eval_cache) if deterministic else None
         accs = {split: metric(eval_logits, mask) for split, mask in masks.items()}
         if accs["val"] > best["val_acc"]:
             best = {"epoch": epoch, "val_acc": accs["val"], "test_acc": accs["test"]}
+            if config.diagnostics:
+                best_params = params
         # 7 log and checkpoint
         record = {
             "epoch": epoch,
@@ -215,6 +224,9 @@ def train_model(
             "test_acc": accs["test"],
             "grad_norms": norms,
         }
+        if config.diagnostics:  # of the parameters the gradients were taken at
+            record["balancedness"] = pre_step["balancedness"]
+            record["conservation"] = pre_step["conservation"]
         if out is not None:
             with open(out / "log.jsonl", "a") as stream:
                 stream.write(json.dumps(record) + "\n")
@@ -232,6 +244,8 @@ def train_model(
             and ((epoch + 1) % config.checkpoint_every == 0 or stop)
         ):
             state = {"epoch": epoch + 1, "best": best, "train_loss": train_loss}
+            if config.diagnostics:
+                atomic_savez(out / "best.npz", {k: to_numpy(v) for k, v in best_params.items()})
             save_checkpoint(out / "checkpoint.npz", params, opt_state, dropout_rng, state)
         # 8 early stop on the training loss
         if stop:
@@ -245,7 +259,37 @@ def train_model(
     if out is not None:
         atomic_savez(out / "final.npz", params)
         (out / "summary.json").write_text(json.dumps(result.as_dict(), indent=2) + "\n")
+        if config.diagnostics:
+            atomic_savez(out / "best.npz", {k: to_numpy(v) for k, v in best_params.items()})
+            changed = {
+                str(threshold): fraction_changed(initial, best_params, threshold)
+                for threshold in CHANGE_THRESHOLDS
+            }
+            (out / "changes.json").write_text(json.dumps(changed, indent=2) + "\n")
     return result
+
+
+# Relative-change thresholds reported with diagnostics: any change (the complement
+# of GAT-balance Fig. 8), Fig. 3a's 0.05 and Fig. 4a's 0.5.
+CHANGE_THRESHOLDS = (0.0, 0.05, 0.5)
+
+
+def _diagnostic_params(out: Path | None, params: dict, resume: Any) -> tuple[dict, dict]:
+    """``(initial, best)`` parameters: saved as ``initial.npz`` by a fresh run, read back
+    (with ``best.npz``) by a resumed one."""
+    if resume is None:
+        if out is not None:
+            atomic_savez(out / "initial.npz", {k: to_numpy(v) for k, v in params.items()})
+        return params, params
+    folder = Path(resume).parent
+    try:
+        with np.load(folder / "initial.npz") as initial, np.load(folder / "best.npz") as best:
+            return dict(initial), dict(best)
+    except FileNotFoundError as err:
+        raise ValueError(
+            f"resuming with diagnostics needs initial.npz and best.npz beside {resume}; "
+            "the run was started without --diagnostics"
+        ) from err
 
 
 def _forward(model: Any, params: dict, x: Any, graph: Any, epoch: int, **kwargs: Any) -> tuple:

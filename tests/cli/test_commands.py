@@ -94,6 +94,16 @@ def test_plot_draws_curves_and_heat_map(tmp_path: Path) -> None:
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.parametrize("init", ["Bal_O", "Bal_X", "Xav", "Bal_LLidentity"])
+def test_diagnostics_run_is_plotted_with_its_balance(tmp_path: Path, init: str) -> None:
+    args = ["train", *FAST, "--layers", "3", "--init", init, "--diagnostics"]
+    assert main([*args, "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "changes.json").is_file() and (tmp_path / "best.npz").is_file()
+    pytest.importorskip("matplotlib")
+    assert main(["plot", str(tmp_path)]) == 0
+    assert (tmp_path / "balance.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_plot_without_a_log_says_so(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     with pytest.raises(SystemExit, match=r"no log\.jsonl"):

@@ -216,3 +216,59 @@ def test_training_on_the_strict_backend_matches_numpy(dataset: object) -> None:
     assert device.final_train_loss == pytest.approx(host.final_train_loss, rel=1e-12)
     for name, value in host.params.items():
         np.testing.assert_allclose(to_numpy(device.params[name]), value, rtol=1e-10, atol=1e-12)
+
+
+def test_diagnostics_log_balance_and_change_and_resume_identically(
+    dataset: object, tmp_path: Path
+) -> None:
+    # With diagnostics each log line carries c and the conservation residual of the
+    # parameters the gradient was taken at; a resumed run must rebuild the same
+    # initial/best parameters, so changes.json matches the uninterrupted run.
+    data64 = dataset.astype(np.float64)
+
+    def model() -> GAT:
+        return GAT(data64.num_features, 4, data64.num_classes, 3, heads=2)
+
+    config = TrainConfig(
+        epochs=8, optimizer="sgd", lr=0.1, init="Bal_O", checkpoint_every=5, diagnostics=True
+    )
+    train_model(model(), data64, config, out_dir=tmp_path / "full")
+    train_model(
+        model(), data64, TrainConfig(**{**config.__dict__, "epochs": 5}), out_dir=tmp_path / "part"
+    )
+    train_model(
+        model(),
+        data64,
+        config,
+        out_dir=tmp_path / "part",
+        resume=tmp_path / "part" / "checkpoint.npz",
+    )
+    for name in ("log.jsonl", "changes.json"):
+        assert (tmp_path / "full" / name).read_text() == (tmp_path / "part" / name).read_text()
+    records = [json.loads(line) for line in (tmp_path / "full" / "log.jsonl").open()]
+    first = records[0]
+    assert set(first["balancedness"]) == set(first["conservation"]) == {"layer0", "layer1"}
+    # Bal_O: balanced at the start, to rounding; the law holds at every epoch.
+    assert all(abs(b["sum"]) < 1e-12 for b in first["balancedness"].values())
+    assert all(r <= 1e-10 for rec in records for r in rec["conservation"].values())
+    changes = json.loads((tmp_path / "full" / "changes.json").read_text())
+    assert set(changes) == {"0.0", "0.05", "0.5"}
+    assert set(changes["0.0"]["layer0"]) == {"feature", "attention"}
+    with np.load(tmp_path / "full" / "initial.npz") as initial:
+        assert not np.any(initial["layer0.att"])  # Bal_O starts with zero attention
+
+
+def test_resume_with_diagnostics_needs_the_saved_parameters(
+    dataset: object, tmp_path: Path
+) -> None:
+    model = GAT(dataset.num_features, 4, dataset.num_classes, 2)
+    config = TrainConfig(epochs=4, checkpoint_every=2)
+    train_model(model, dataset, config, out_dir=tmp_path)
+    with pytest.raises(ValueError, match=r"initial\.npz"):
+        train_model(
+            model,
+            dataset,
+            TrainConfig(**{**config.__dict__, "diagnostics": True}),
+            out_dir=tmp_path,
+            resume=tmp_path / "checkpoint.npz",
+        )
