@@ -52,11 +52,21 @@ __all__ = [
 ]
 
 # Modules whose checks run, in report order; importing one registers its checks.
-CHECK_MODULES: tuple[str, ...] = ("softmax",)
+CHECK_MODULES: tuple[str, ...] = ("softmax", "conservation")
 
 
 def load_checks() -> dict[str, Check]:
-    """Import every module of ``CHECK_MODULES``; returns the registry (id -> check)."""
+    """Import every module of ``CHECK_MODULES``; returns the registry (id -> check).
+
+    The registry is put in ``CHECK_MODULES`` order (registration order within a
+    module), whichever module a caller happened to import first.
+    """
     for name in CHECK_MODULES:
         importlib.import_module(f"proofs_check.{name}")
+    rank = {f"proofs_check.{name}": i for i, name in enumerate(CHECK_MODULES)}
+    ordered = sorted(
+        REGISTRY.items(), key=lambda item: rank.get(item[1].body.__module__, len(rank))
+    )
+    REGISTRY.clear()
+    REGISTRY.update(ordered)
     return REGISTRY

@@ -16,7 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from proofs_check import softmax
+from proofs_check import conservation, softmax
+from refimpl.diagnostics import conservation_residuals
+from refimpl.graph import Graph
+from refimpl.init import orthogonal
+from refimpl.models import GAT
 
 __all__ = ["ERRATA", "Erratum", "Evidence"]
 
@@ -84,6 +88,50 @@ def _softmax_keeps_the_shape() -> Evidence:
     )
 
 
+def _thm6_3_needs_target_columns() -> Evidence:
+    # An unshared GATv2: rescaling h^l[i] by lambda changes W_t^{l+1} h_v^l inside
+    # the next layer's attention unless W_t^{l+1}[:, i] is rescaled by 1 / lambda too.
+    rng = np.random.default_rng(63)
+    model = GAT(3, 4, 2, 3, share_weights=False)
+    params = {k: v + 0.5 * rng.standard_normal(v.shape) for k, v in model.init_params(rng).items()}
+    graph = Graph(np.array([[0, 1, 2, 3, 0], [1, 2, 3, 0, 2]]), 4)
+    x, y, mask = rng.standard_normal((4, 3)), np.array([0, 1, 1, 0]), np.ones(4, bool)
+    grads = conservation.gradients(model, params, x, graph, y, mask)
+    residuals = conservation_residuals(params, grads)
+    printed, correct = [], []
+    for layer, r in enumerate(residuals):
+        w_t = f"layer{layer + 1}.W_t"  # the term Eq. 18 leaves out
+        omitted = (params[w_t] * grads[w_t]).sum(axis=0)
+        printed.append(np.abs(r.delta + omitted) / r.scale)
+        correct.append(r.relative)
+    printed_worst, correct_worst = float(np.max(printed)), float(np.max(correct))
+    return Evidence(
+        printed_holds=printed_worst <= conservation.RESIDUAL_TOL,
+        correct_holds=correct_worst <= conservation.RESIDUAL_TOL,
+        detail=f"worst relative residual over hidden neurons: printed Eq. 18 "
+        f"{printed_worst:.2e}, with W_t^(l+1)[:, i] on the outgoing side {correct_worst:.2e}",
+    )
+
+
+def _last_layer_columns_not_two() -> Evidence:
+    # W^L = [U^L, -U^L] with U^L (n_L, n_{L-1}/2): column i of W^L is +-U^L[:, i'],
+    # whose squared norm is at most 1, and averages n_L / (n_{L-1} / 2).
+    n_out, n_in = 7, 64  # Cora's classes, the paper's width
+    u = orthogonal(np.random.default_rng(7), (n_out, n_in // 2))
+    last = np.hstack([u, -u])  # (7, 64)
+    column_norms = (last**2).sum(axis=0)  # (64,)
+    return Evidence(
+        printed_holds=bool(np.allclose(column_norms, 2.0)),
+        correct_holds=bool(
+            np.all(column_norms <= 1 + 1e-12)
+            and abs(column_norms.mean() - n_out / (n_in // 2)) <= 1e-12
+        ),
+        detail=f"n_L = {n_out}, n_(L-1) = {n_in}: squared column norms of W^L range "
+        f"{column_norms.min():.3f}..{column_norms.max():.3f}, mean {column_norms.mean():.4f} "
+        f"= n_L / (n_(L-1)/2) = {n_out / (n_in // 2):.4f}, not 2",
+    )
+
+
 ERRATA: list[Erratum] = [
     Erratum(
         id="lipschitznorm.lemma2.proof.row_sums",
@@ -102,5 +150,25 @@ ERRATA: list[Erratum] = [
         correct="softmax: R^{m x n} -> R^{m x n} (row-wise, Eq. 3; Eq. 4 transposes it)",
         counterexample="M = [[0, 1, 2], [2, 1, 0]], m = 2, n = 3, X = ones((4, 3))",
         evaluate=_softmax_keeps_the_shape,
+    ),
+    Erratum(
+        id="gat_balance.thm6_3.outgoing_set",
+        paper="GAT-balance",
+        location="App. 6, Thm 6.3 (Eq. 18) and its proof's theta_2",
+        printed="<W_s^l[i,:],g> + <W_t^l[i,:],g> - <a^l[i],g> = <W_s^(l+1)[:,i],g>",
+        correct="... = <W_s^(l+1)[:,i],g> + <W_t^(l+1)[:,i],g> (the next layer's target "
+        "transform W_t^(l+1) h_v^l reads neuron i too, inside its attention)",
+        counterexample="unshared GATv2, 3 layers, width 4, a 4-node graph, seed 63",
+        evaluate=_thm6_3_needs_target_columns,
+    ),
+    Erratum(
+        id="gat_balance.sec2.ll_orthogonal_last_columns",
+        paper="GAT-balance",
+        location="Sec. 2, Balanced Orthogonal Initialization (the sentence setting beta = 2)",
+        printed="Since U^L is an orthonormal matrix, ||W^L[:,i]||^2 = 2 by definition",
+        correct="||W^L[:,i]||^2 = ||U^L[:,i']||^2 <= 1, mean n_L / (n_(L-1)/2); beta = 2 comes "
+        "from the hidden layers [[U, -U], [-U, U]], and balancing rescales W^L's columns",
+        counterexample="n_L = 7, n_(L-1) = 64 (Cora, width 64), U^L a random 7 x 32 orthonormal",
+        evaluate=_last_layer_columns_not_two,
     ),
 ]

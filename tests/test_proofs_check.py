@@ -69,7 +69,10 @@ def test_each_check_passes_with_a_record_of_exact_keys_and_types(check_id):
     for key, kind in RECORD_TYPES.items():
         assert type(as_dict[key]) is kind, key  # bool is not an int here, float not np.float64
     assert record.passed, record
-    assert record.margin >= 0 and record.n_cases > FAST
+    # The softmax checks add fixed adversarial cases to the random ones; the
+    # conservation checks that run gradient descent use a fraction of the budget.
+    minimum = FAST + 1 if check_id.startswith(("softmax", "lipschitznorm")) else 1
+    assert record.margin >= 0 and record.n_cases >= minimum
     assert json.loads(json.dumps(as_dict)) == as_dict
 
 

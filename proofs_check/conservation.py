@@ -1,0 +1,336 @@
+"""GAT-balance's conservation law (Thm 2.2, 6.3, 6.4, Remark 2.5, Cor 2.3, 2.4) as checks.
+
+For hidden neuron ``i`` of layer ``l`` the law (Eq. 3, Eq. 7) says
+
+    delta_i = <in_i, grad in_i> - <a_i, grad a_i> - <out_i, grad out_i> = 0,
+
+with the three parameter sets of :mod:`refimpl.neurons`, written out per variant:
+
+====================  ===========================  ===============  ========================
+variant               incoming ``in_i``            attention        outgoing ``out_i``
+====================  ===========================  ===============  ========================
+GATv2 shared (2.2)    ``W^l[i,:]``                 ``a^l[i]``       ``W^{l+1}[:,i]``
+GATv2 unshared (6.3)  ``W_s^l[i,:]``,              ``a^l[i]``       ``W_s^{l+1}[:,i]``,
+                      ``W_t^l[i,:]``                                ``W_t^{l+1}[:,i]`` (*)
+heads, concat (6.4)   the row of i's head          ``a_k[c]``       ``W^{l+1}[:,i]``, all
+heads, mean (6.4)     ``W_k^l[c,:]``, every head   ``a_k[c]``, all  heads of layer ``l+1``
+GATv1 (Remark 2.5)    ``W^l[i,:]``                 ``a_s[i], a_t[i]``  ``W^{l+1}[:,i]``
+GCN (Remark 2.5)      ``W^l[i,:]``                 (``a = 0``)      ``W^{l+1}[:,i]``
+bias, residual        ``+ b^l[i], R^l[i,:]``       as above         ``+ R^{l+1}[:,i]``
+====================  ===========================  ===============  ========================
+
+(*) Eq. 18 as printed omits ``W_t^{l+1}[:,i]``; it is needed, because the next
+layer's target transform reads ``h^l`` too (see :mod:`proofs_check.errata`).
+
+Each check draws random graphs (self-loops, duplicate edges and isolated nodes
+allowed), features, labels, a training mask and parameters (every entry
+perturbed away from the initialisation, so biases, residuals and attention are
+non-zero), takes the exact gradient of the mean cross-entropy from the
+hand-written backward, and reports the worst ``|delta_i| / max(|three terms|)``
+over all hidden neurons and cases, against ``RESIDUAL_TOL``.
+
+``delta_i`` is the derivative of the loss along the rescaling ``(lambda in_i,
+a_i / lambda, out_i / lambda)`` at ``lambda = 1`` (Lemma 6.2), so the law holds
+exactly whenever that rescaling leaves the network's output unchanged: for
+ReLU, LeakyReLU of any slope and the identity, not for ELU (negative control).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from proofs_check.registry import Context, WorstCase, check
+from refimpl.backend import to_numpy
+from refimpl.diagnostics import balancedness, conservation_residuals
+from refimpl.graph import Graph
+from refimpl.init import INITIALISERS, balance
+from refimpl.models import GAT
+from refimpl.neurons import layer_structure, neuron_sums
+from refimpl.ops.losses import SoftmaxCrossEntropy
+
+__all__ = [
+    "RESIDUAL_TOL",
+    "gd_drift",
+    "gradients",
+    "random_case",
+    "relative_residual",
+]
+
+# Eq. 3 in float64: each inner product sums O(width) terms of gradients that are
+# themselves exact to ~1e-15 relative; 1e-10 leaves five orders of magnitude for
+# cancellation and still catches any term missing from a set (those are O(1)).
+RESIDUAL_TOL = 1e-10
+# Balanced initialisation: c_i is a difference of squared norms of O(1), each a
+# sum of at most ~10^2 squares here, exact to ~1e-14 absolute.
+BALANCED_TOL = 1e-12
+# ELU's residual on these small networks is O(0.1-1); a law that held would give 1e-15.
+BROKEN_AT_LEAST = 1e-3
+
+
+# -- the quantities ------------------------------------------------------------------
+def gradients(
+    model: GAT, params: dict[str, Any], x: Any, graph: Graph, y: Any, mask: Any
+) -> dict[str, Any]:
+    """The exact gradient of the mean cross-entropy over ``mask`` (hand-written backward)."""
+    logits, cache = model.forward(params, x, graph)
+    loss = SoftmaxCrossEntropy()
+    _, loss_cache = loss.forward({}, logits, y, mask)
+    d_logits, _ = loss.backward({}, loss_cache, 1.0)
+    _, grads = model.backward(params, cache, d_logits, input_grad=False)
+    return grads
+
+
+def relative_residual(params: dict[str, Any], grads: dict[str, Any]) -> np.ndarray:
+    """Eq. 7's ``|delta_i| / max(|terms|)`` for every hidden neuron of every layer, flat."""
+    return np.concatenate([r.relative for r in conservation_residuals(params, grads)])
+
+
+def random_case(ctx: Context, **model_options: Any) -> tuple[GAT, dict, Any, Graph, Any, Any]:
+    """A random model (depth 2-5, width 2-6 per head, 1-3 heads unless given), parameters,
+    graph (1-10 nodes), features, labels and training mask."""
+    rng = ctx.rng
+    options = {
+        "num_layers": int(rng.integers(2, 6)),
+        "hidden_channels": int(rng.integers(2, 7)),
+        "heads": int(rng.integers(1, 4)),
+        **model_options,
+    }
+    n, features, classes = (
+        int(rng.integers(1, 11)),
+        int(rng.integers(1, 6)),
+        int(rng.integers(2, 5)),
+    )
+    model = GAT(features, out_channels=classes, **options)
+    params = model.init_params(rng, init="xavier")
+    params = {k: v + 0.5 * rng.standard_normal(v.shape) for k, v in params.items()}
+    edges = rng.integers(0, n, size=(2, int(rng.integers(0, 3 * n + 1))))
+    graph = Graph(edges, n)
+    x = rng.standard_normal((n, features))
+    y = rng.integers(0, classes, size=n)
+    mask = rng.random(n) < 0.7
+    mask[rng.integers(0, n)] = True  # at least one labelled node
+    params = {k: ctx.asarray(v) for k, v in params.items()}
+    return model, params, ctx.asarray(x), graph, ctx.xp.asarray(y), ctx.xp.asarray(mask)
+
+
+def _law_check(ctx: Context, zero_attention: bool = False, **model_options: Any) -> WorstCase:
+    worst = WorstCase("upper")
+    for _ in range(max(ctx.cases, 1)):  # at least one case: none proves nothing
+        model, params, x, graph, y, mask = random_case(ctx, **model_options)
+        if zero_attention:
+            params = {
+                k: (v * 0 if k.split(".")[1].startswith("att") else v) for k, v in params.items()
+            }
+        worst.add(
+            relative_residual(params, gradients(model, params, x, graph, y, mask)), RESIDUAL_TOL
+        )
+    return worst
+
+
+def gd_drift(
+    model: GAT, params: dict, x: Any, graph: Graph, y: Any, mask: Any, lr: float, steps: int
+) -> tuple[np.ndarray, float]:
+    """Run ``steps`` of plain gradient descent; return ``c(T) - c(0)`` (all hidden neurons)
+    and the worst per-step error of the exact drift identity
+
+        c(t+1) - c(t) = lr^2 (||g_in||^2 - ||g_a||^2 - ||g_out||^2)     (per neuron)
+
+    which follows from ``||w - lr g||^2 = ||w||^2 - 2 lr <w, g> + lr^2 ||g||^2``
+    with Eq. 3 cancelling the first-order terms (Cor 2.3 for finite steps). The
+    error is ``|lhs - rhs| / (64 u S)``: in units of a rounding allowance, ``S``
+    the sum of the squared norms that ``c`` subtracts (each ``c`` is exact to a
+    few ``u S``, and so is the difference of two). A law with a first-order term
+    left over would add ``2 lr <w, g>``, some 10^10 of these units.
+    """
+    layers = layer_structure(params)
+    hidden = range(len(layers) - 1)
+    unit_roundoff = np.finfo(np.float64).eps / 2
+
+    def squared_norms(values: dict) -> tuple[np.ndarray, np.ndarray]:
+        sums = [neuron_sums({k: v * v for k, v in values.items()}, layers, j) for j in hidden]
+        c = np.concatenate([to_numpy(i - a - o) for i, a, o in sums])
+        total = np.concatenate([to_numpy(i + a + o) for i, a, o in sums])
+        return c, total
+
+    c0, total = squared_norms(params)
+    c, worst = c0, 0.0
+    for _ in range(steps):
+        grads = gradients(model, params, x, graph, y, mask)
+        q, _ = squared_norms(grads)
+        predicted = lr**2 * q
+        params = {k: v - lr * grads[k] for k, v in params.items()}
+        c_next, total_next = squared_norms(params)
+        allowance = 64 * unit_roundoff * np.maximum(total, total_next)
+        error = np.abs((c_next - c) - predicted) / allowance
+        total = total_next
+        worst = max(worst, float(error.max()))
+        c = c_next
+    return c - c0, worst
+
+
+# -- Thm 2.2, 6.3, 6.4, Remark 2.5 -----------------------------------------------------
+@check(
+    id="gat_balance.thm2_2",
+    paper="GAT-balance",
+    statement="GATv2, shared W, ReLU: <W^l[i,:],g> - <a^l[i],g> - <W^{l+1}[:,i],g> = 0 "
+    "(Thm 2.2, Eq. 3), relative",
+)
+def thm2_2(ctx: Context) -> WorstCase:
+    return _law_check(ctx, version="v2", share_weights=True)
+
+
+@check(
+    id="gat_balance.thm6_3",
+    paper="GAT-balance",
+    statement="GATv2, unshared: W_s and W_t rows in, a[i] and W_s, W_t columns out "
+    "(Thm 6.3, Eq. 18 corrected)",
+)
+def thm6_3(ctx: Context) -> WorstCase:
+    return _law_check(ctx, version="v2", share_weights=False)
+
+
+@check(
+    id="gat_balance.thm6_4.concat",
+    paper="GAT-balance",
+    statement="multi-head GATv2, heads concatenated: the law per neuron (Thm 6.4, Eq. 26)",
+)
+def thm6_4_concat(ctx: Context) -> WorstCase:
+    return _law_check(ctx, heads=int(ctx.rng.integers(2, 4)), concat=True)
+
+
+@check(
+    id="gat_balance.thm6_4.mean",
+    paper="GAT-balance",
+    statement="multi-head GATv2, heads averaged: sums over heads (Thm 6.4, Eq. 26)",
+)
+def thm6_4_mean(ctx: Context) -> WorstCase:
+    return _law_check(ctx, heads=int(ctx.rng.integers(2, 4)), concat=False)
+
+
+@check(
+    id="gat_balance.remark2_5.gatv1",
+    paper="GAT-balance",
+    statement="GATv1: a_s[i] and a_t[i] both on the outgoing side (Remark 2.5)",
+)
+def remark2_5_gatv1(ctx: Context) -> WorstCase:
+    return _law_check(ctx, version="v1")
+
+
+@check(
+    id="gat_balance.remark2_5.gcn",
+    paper="GAT-balance",
+    statement="GCN (mean aggregation: GATv2 with a = 0): <W^l[i,:],g> = <W^{l+1}[:,i],g> "
+    "(Remark 2.5)",
+)
+def remark2_5_gcn(ctx: Context) -> WorstCase:
+    return _law_check(ctx, zero_attention=True)
+
+
+@check(
+    id="gat_balance.law.bias_residual_leaky",
+    paper="GAT-balance",
+    statement="with bias b^l[i] and residual rows incoming, LeakyReLU phi (Sec. 3, Def. 2.1)",
+)
+def law_bias_residual(ctx: Context) -> WorstCase:
+    slope = float(ctx.rng.uniform(0.0, 2.0))
+    return _law_check(
+        ctx,
+        bias=True,
+        residual=True,
+        activation="leaky_relu",
+        activation_slope=slope,
+        share_weights=bool(ctx.rng.integers(2)),
+    )
+
+
+# -- Cor 2.3 / 2.4 -------------------------------------------------------------------
+@check(
+    id="gat_balance.cor2_3.balanced_init",
+    paper="GAT-balance",
+    statement="balanced initialisation (Procedure 2.6, Remark 2.7) gives c = 0 for every "
+    "hidden neuron (Eq. 5), max |c_i| / beta",
+)
+def cor2_3_balanced_init(ctx: Context) -> WorstCase:
+    worst = WorstCase("upper")
+    schemes = ["xavier_normal", "ll_orthogonal", "ll_identity", "identity", "orthogonal"]
+    for case in range(max(ctx.cases, 1)):
+        scheme = schemes[case % len(schemes)]
+        heads = int(ctx.rng.integers(1, 3))
+        # Identity hidden layers with averaged heads are (H*C, C) "eyes" whose rows
+        # for heads > 0 are zero: neurons without weights, which balance() refuses.
+        concat = "identity" in scheme or bool(ctx.rng.integers(2))
+        model = GAT(
+            int(ctx.rng.integers(2, 9)),
+            2 * int(ctx.rng.integers(1, 4)),
+            int(ctx.rng.integers(2, 5)),
+            int(ctx.rng.integers(2, 6)),
+            heads=heads,
+            share_weights=bool(ctx.rng.integers(2)),
+            bias=True,
+            residual=bool(ctx.rng.integers(2)),
+            concat=concat,
+        )
+        base = INITIALISERS[scheme](model, ctx.rng)
+        beta = float(ctx.rng.uniform(0.5, 3.0))
+        order = "forward" if case % 2 else "reverse"
+        c = np.concatenate(balancedness(balance(base, beta=beta, order=order)))
+        worst.add(np.abs(c) / beta, BALANCED_TOL)
+    return worst
+
+
+@check(
+    id="gat_balance.cor2_3.gd_step",
+    paper="GAT-balance",
+    statement="one GD step changes c_i by exactly lr^2 (||g_in||^2 - ||g_a||^2 - ||g_out||^2): "
+    "O(lr^2), Eq. 3 cancels O(lr); relative error",
+)
+def cor2_3_gd_step(ctx: Context) -> WorstCase:
+    worst = WorstCase("upper")
+    for _ in range(max(ctx.cases // 4, 1)):
+        model, params, x, graph, y, mask = random_case(ctx)
+        _, error = gd_drift(model, params, x, graph, y, mask, lr=0.05, steps=5)
+        # The error is in units of the rounding allowance (see gd_drift): <= 1.
+        worst.add(error, 1.0)
+    return worst
+
+
+@check(
+    id="gat_balance.cor2_4.drift_vs_lr",
+    paper="GAT-balance",
+    statement="gradient flow conserves c (Cor 2.3/2.4): over time T = 0.5, GD's drift "
+    "||c(T) - c(0)|| halves with lr; |ratio(lr, lr/2) - 2|",
+)
+def cor2_4_drift_vs_lr(ctx: Context) -> WorstCase:
+    # The drift is sum_k lr^2 q(t_k) = lr * integral q dt + O(lr^2) over T / lr
+    # steps, so the ratio is 2 + O(lr): at lr = 0.005 the O(lr) term, a relative
+    # change of q along the path, stays below a few percent; 0.2 (10 %) is the
+    # allowance, and a law with an O(lr) term left would give ratio ~1, not 2.
+    worst = WorstCase("upper")
+    horizon, lr = 0.5, 0.005
+    for _ in range(max(ctx.cases // 8, 1)):
+        model, params, x, graph, y, mask = random_case(ctx)
+        coarse, _ = gd_drift(model, params, x, graph, y, mask, lr, round(horizon / lr))
+        fine, _ = gd_drift(model, params, x, graph, y, mask, lr / 2, round(2 * horizon / lr))
+        if not np.any(fine):  # no gradient anywhere (every unit dead): nothing drifts
+            continue
+        ratio = np.linalg.norm(coarse) / np.linalg.norm(fine)
+        worst.add(abs(ratio - 2.0), 0.2)
+    return worst
+
+
+# -- negative controls -----------------------------------------------------------------
+@check(
+    id="gat_balance.negative_control.elu",
+    paper="GAT-balance",
+    statement="negative control: ELU is not positively homogeneous, so the law breaks; "
+    "max relative residual per case >= 1e-3",
+)
+def negative_control_elu(ctx: Context) -> WorstCase:
+    worst = WorstCase("lower")
+    for _ in range(max(ctx.cases, 1)):  # at least one case: none proves nothing
+        model, params, x, graph, y, mask = random_case(ctx, activation="elu")
+        residual = relative_residual(params, gradients(model, params, x, graph, y, mask))
+        worst.add(residual.max(), BROKEN_AT_LEAST)
+    return worst
