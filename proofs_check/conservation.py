@@ -259,8 +259,9 @@ def cor2_3_balanced_init(ctx: Context) -> WorstCase:
         scheme = schemes[case % len(schemes)]
         heads = int(ctx.rng.integers(1, 3))
         # Identity hidden layers with averaged heads are (H*C, C) "eyes" whose rows
-        # for heads > 0 are zero: neurons without weights, which balance() refuses.
-        concat = "identity" in scheme or bool(ctx.rng.integers(2))
+        # for heads > 0 are zero (neurons without weights, which balance() refuses),
+        # and looks-linear schemes refuse averaged heads: those get concatenated heads.
+        concat = scheme not in ("xavier_normal", "orthogonal") or bool(ctx.rng.integers(2))
         model = GAT(
             int(ctx.rng.integers(2, 9)),
             2 * int(ctx.rng.integers(1, 4)),
