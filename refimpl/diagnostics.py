@@ -103,6 +103,7 @@ def _kind(name: str) -> tuple[str, str | None]:
     """``(layer, "feature" | "attention" | None)``: feature matrices, attention vectors, or
     neither (biases)."""
     layer, local = name.split(".", 1) if "." in name else ("model", name)
+    # By prefix, so any model's W* matrices and att* vectors count, not only a GAT's.
     if local.startswith("att"):
         return layer, "attention"
     if local.startswith(("W", "res_W")):

@@ -41,7 +41,13 @@ from typing import Any
 import numpy as np
 
 from refimpl.backend import get_array_module
-from refimpl.neurons import incoming_sums, layer_structure, outgoing_sums
+from refimpl.neurons import (
+    ATTENTION_NAMES,
+    WEIGHT_NAMES,
+    incoming_sums,
+    layer_structure,
+    outgoing_sums,
+)
 from refimpl.neurons import scale_incoming as _scale_incoming
 from refimpl.neurons import scale_outgoing as _scale_outgoing
 
@@ -59,7 +65,6 @@ __all__ = [
 ]
 
 Scheme = Callable[[Any, np.random.Generator], dict[str, np.ndarray]]
-_WEIGHTS = ("W", "W_s", "W_t")
 
 
 # -- draws -------------------------------------------------------------------------------
@@ -150,9 +155,9 @@ def _layerwise(
     for name, shape in model.param_shapes().items():
         layer, local = name.split(".", 1)
         index = int(layer.removeprefix("layer"))
-        if local in _WEIGHTS:
+        if local in WEIGHT_NAMES:
             params[name] = weight(rng, shape, index, model.num_layers)
-        elif local.startswith("att") and attention:
+        elif local in ATTENTION_NAMES and attention:
             params[name] = _glorot_normal(rng, shape)
         else:
             params[name] = np.zeros(shape)

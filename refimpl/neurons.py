@@ -39,6 +39,8 @@ from typing import Any
 from refimpl.backend import get_array_module
 
 __all__ = [
+    "ATTENTION_NAMES",
+    "WEIGHT_NAMES",
     "LayerParams",
     "attention_sums",
     "incoming_sums",
@@ -49,9 +51,9 @@ __all__ = [
     "scale_outgoing",
 ]
 
-_WEIGHTS = ("W", "W_s", "W_t")  # feature matrices (rows out, columns in)
-_ATTENTION = ("att", "att_src", "att_dst")  # (H, C)
-_KNOWN = (*_WEIGHTS, *_ATTENTION, "bias", "res_W")
+WEIGHT_NAMES = ("W", "W_s", "W_t")  # a GATConv's feature matrices (rows out, columns in)
+ATTENTION_NAMES = ("att", "att_src", "att_dst")  # its attention vectors, (H, C)
+_KNOWN = (*WEIGHT_NAMES, *ATTENTION_NAMES, "bias", "res_W")
 _KEY = re.compile(r"layer(\d+)\.(\w+)$")
 
 
@@ -93,14 +95,14 @@ def layer_structure(params: dict[str, Any]) -> list[LayerParams]:
     layers = []
     for index in range(len(names)):
         local = names[index]
-        attention = [n for n in _ATTENTION if n in local]
-        weights = [n for n in _WEIGHTS if n in local]
+        attention = [n for n in ATTENTION_NAMES if n in local]
+        weights = [n for n in WEIGHT_NAMES if n in local]
         if not attention or not weights:
             raise ValueError(f"layer{index} has no feature weights or no attention: {local}")
         heads, channels = params[f"layer{index}.{attention[0]}"].shape
         next_in = None
         if index + 1 < len(names):
-            next_weight = next(n for n in _WEIGHTS if n in names[index + 1])
+            next_weight = next(n for n in WEIGHT_NAMES if n in names[index + 1])
             next_in = params[f"layer{index + 1}.{next_weight}"].shape[1]
         if next_in is not None and next_in not in (heads * channels, channels):
             raise ValueError(

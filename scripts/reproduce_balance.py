@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import multiprocessing
 import os
 import signal
@@ -33,6 +32,8 @@ import statistics
 import sys
 import time
 from pathlib import Path
+
+from refimpl.train.experiment import mean_ci95
 
 LR = {"sgd": {2: 0.1, 5: 0.1, 10: 0.05, 20: 0.05, 40: 0.005}, "adam": {2: 0.005, 5: 0.005}}
 ADAM_DEEP_LR = 0.0005  # L >= 10
@@ -110,15 +111,6 @@ def _init_worker() -> None:
         os.environ[name] = "1"
 
 
-def mean_ci95(values: list[float]) -> tuple[float, float]:
-    from scipy import stats
-
-    if len(values) < 2:
-        return statistics.fmean(values), math.nan
-    half = stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
-    return statistics.fmean(values), half
-
-
 def table(results: list[dict]) -> str:
     groups: dict[tuple, list[dict]] = {}
     for r in results:
@@ -131,10 +123,11 @@ def table(results: list[dict]) -> str:
     for key in sorted(groups, key=lambda k: (k[0] != "sgd", k[1], k[2])):
         runs = groups[key]
         mean, half = mean_ci95([100 * r["test_acc"] for r in runs])
+        interval = "(one run)" if half is None else f"+- {half:.2f}"
         best = statistics.fmean(r["best_epoch"] + 1 for r in runs)
         ran = statistics.fmean(r["epochs_run"] for r in runs)
         lines.append(
-            f"| {key[0]} | {key[1]} | {key[2]} | {mean:.2f} +- {half:.2f} | {len(runs)} | "
+            f"| {key[0]} | {key[1]} | {key[2]} | {mean:.2f} {interval} | {len(runs)} | "
             f"{best:.0f} | {ran:.0f} | {PAPER.get(key, '-')} |"
         )
     return "\n".join(lines)

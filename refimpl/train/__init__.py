@@ -1,7 +1,7 @@
 """Training: the full-batch loop, checkpoints, and runs over several seeds."""
 
 from refimpl.train.checkpoint import load_checkpoint, save_checkpoint
-from refimpl.train.experiment import format_summary, run_seeds, summarize
+from refimpl.train.experiment import format_summary, mean_ci95, run_seeds, summarize
 from refimpl.train.loop import (
     RunResult,
     TrainConfig,
@@ -16,6 +16,7 @@ __all__ = [
     "TrainingDiverged",
     "format_summary",
     "load_checkpoint",
+    "mean_ci95",
     "relative_grad_norms",
     "run_seeds",
     "save_checkpoint",

@@ -13,10 +13,10 @@ from scipy import stats
 
 from refimpl.train.loop import RunResult, TrainConfig, train_model
 
-__all__ = ["format_summary", "run_seeds", "summarize"]
+__all__ = ["format_summary", "mean_ci95", "run_seeds", "summarize"]
 
 
-def _mean_ci95(values: Sequence[float]) -> tuple[float, float | None]:
+def mean_ci95(values: Sequence[float]) -> tuple[float, float | None]:
     """Mean and the half-width of its 95% Student-t interval (``None`` for one value)."""
     mean = statistics.fmean(values)
     if len(values) < 2:
@@ -27,8 +27,8 @@ def _mean_ci95(values: Sequence[float]) -> tuple[float, float | None]:
 
 def summarize(results: Sequence[RunResult]) -> dict[str, Any]:
     """Mean +- 95% CI over seeds of the test accuracy at the best validation epoch."""
-    test_mean, test_ci = _mean_ci95([r.test_acc for r in results])
-    val_mean, val_ci = _mean_ci95([r.val_acc for r in results])
+    test_mean, test_ci = mean_ci95([r.test_acc for r in results])
+    val_mean, val_ci = mean_ci95([r.val_acc for r in results])
     return {
         "test_acc_mean": test_mean,
         "test_acc_ci95": test_ci,

@@ -191,14 +191,8 @@ def train_model(
                 f"{_layer_of(bad) if bad else '?'} ({bad}); lower the learning rate"
             )
         norms = relative_grad_norms(params, grads)
-        if config.diagnostics:
-            pre_step = {
-                "balancedness": balancedness_summary(params),
-                "conservation": {
-                    f"layer{i}": float(r.relative.max())
-                    for i, r in enumerate(conservation_residuals(params, grads))
-                },
-            }
+        # GAT-balance diagnostics of the parameters the gradient was taken at
+        balance_record = _balance_record(params, grads) if config.diagnostics else {}
         # 4 optimiser step
         params, opt_state = optimizer.step(params, grads, opt_state)
         bad = _first_non_finite(params)
@@ -223,10 +217,8 @@ def train_model(
             "val_acc": accs["val"],
             "test_acc": accs["test"],
             "grad_norms": norms,
+            **balance_record,
         }
-        if config.diagnostics:  # of the parameters the gradients were taken at
-            record["balancedness"] = pre_step["balancedness"]
-            record["conservation"] = pre_step["conservation"]
         if out is not None:
             with open(out / "log.jsonl", "a") as stream:
                 stream.write(json.dumps(record) + "\n")
@@ -267,6 +259,16 @@ def train_model(
             }
             (out / "changes.json").write_text(json.dumps(changed, indent=2) + "\n")
     return result
+
+
+def _balance_record(params: dict, grads: dict) -> dict[str, Any]:
+    """The log fields of ``config.diagnostics``: balancedness and the worst relative
+    conservation residual, per hidden layer."""
+    residuals = conservation_residuals(params, grads)
+    return {
+        "balancedness": balancedness_summary(params),
+        "conservation": {f"layer{i}": float(r.relative.max()) for i, r in enumerate(residuals)},
+    }
 
 
 # Relative-change thresholds reported with diagnostics: any change (the complement
