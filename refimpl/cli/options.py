@@ -74,6 +74,12 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--dropout", type=float, default=0.0, help="input dropout of every layer")
     group.add_argument("--attn-dropout", type=float, default=0.0, help="attention dropout")
     group.add_argument("--residual", action="store_true", help="linear skip connections")
+    group.add_argument(
+        "--lipschitz-norm",
+        choices=["paper", "reference-code"],
+        default=None,
+        help="LipschitzNorm on every layer's attention scores (reference-code: GATv1 only)",
+    )
 
 
 def add_training_options(parser: argparse.ArgumentParser) -> None:
@@ -136,6 +142,7 @@ def build_model(args: argparse.Namespace, dataset: Any, num_layers: int) -> Any:
         dropout=args.dropout,
         attn_dropout=args.attn_dropout,
         residual=args.residual,
+        lipschitz_norm=args.lipschitz_norm,
     )
 
 

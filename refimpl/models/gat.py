@@ -114,6 +114,7 @@ class GAT:
     negative_slope: float = 0.2  # the attention's LeakyReLU; GAT paper, PyG default
     add_self_loops: bool = True  # PyG default
     concat: bool = True  # hidden layers concatenate heads; False averages them (Thm 6.4)
+    lipschitz_norm: str | None = None  # every layer's scores: None | "paper" | "reference-code"
     layers: tuple[GATConv, ...] = field(init=False, repr=False, compare=False)  # derived
 
     def __post_init__(self) -> None:
@@ -143,6 +144,7 @@ class GAT:
                 add_self_loops=self.add_self_loops,
                 bias=self.bias,
                 dropout=self.attn_dropout,
+                lipschitz_norm=self.lipschitz_norm,
             )
             layers.append(conv)
             width = _out_width(conv)

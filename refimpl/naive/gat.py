@@ -19,6 +19,31 @@ def _leaky_relu(value: np.ndarray | float, slope: float) -> np.ndarray | float:
     return np.where(np.asarray(value) > 0, value, slope * np.asarray(value))
 
 
+def _v1_denominator(
+    mode: str,
+    params: dict[str, np.ndarray],
+    h: list[np.ndarray],
+    incoming: list[tuple[int, int]],
+    u: int,
+    v: int,
+    head: int,
+) -> float:
+    """GATv1 LipschitzNorm denominator for the edge ``u -> v`` (see ``refimpl.nn.lipschitz_norm``).
+
+    "paper": ``||[a_src; a_dst]|| * max_k ||[W h_k; W h_v]||``; "reference-code":
+    ``4 ||[a_src; a_dst]|| * sqrt(max_k ||W h_k||^2 + ||W h_u||^2) + 1e-12``.
+    A vanished denominator (then the raw score is 0 too) divides by 1.
+    """
+    att = np.concatenate([params["att_src"][head], params["att_dst"][head]])
+    largest = max(float(h[k][head] @ h[k][head]) for _, k in incoming)
+    if mode == "paper":
+        denominator = np.linalg.norm(att) * math.sqrt(largest + float(h[v][head] @ h[v][head]))
+    else:
+        own = float(h[u][head] @ h[u][head])
+        denominator = 4 * np.linalg.norm(att) * math.sqrt(largest + own) + 1e-12
+    return denominator if denominator > 0 else 1.0
+
+
 def gat_forward(
     conv: object,
     params: dict[str, np.ndarray],
@@ -48,6 +73,7 @@ def gat_forward(
 
     out = np.zeros((n, heads, channels))
     attention = np.zeros((len(edges), heads))
+    lipschitz = getattr(conv, "lipschitz_norm", None)
     for v in range(n):
         incoming = [(k, u) for k, (u, target) in enumerate(edges) if target == v]
         for head in range(heads):
@@ -58,10 +84,20 @@ def gat_forward(
                         params["att_src"][head] @ h_src[u][head]
                         + params["att_dst"][head] @ h_dst[v][head]
                     )
+                    if lipschitz is not None:
+                        raw = raw / _v1_denominator(lipschitz, params, h_src, incoming, u, v, head)
                     scores.append(float(_leaky_relu(raw, slope)))
                 else:
                     hidden = _leaky_relu(h_src[u][head] + h_dst[v][head], slope)
-                    scores.append(float(params["att"][head] @ hidden))
+                    score = float(params["att"][head] @ hidden)
+                    if lipschitz is not None:
+                        # LipschitzNorm Sec. 5: ||a|| * max over the neighbourhood of ||x_kv||
+                        radius = max(
+                            np.linalg.norm(h_src[k][head] + h_dst[v][head]) for _, k in incoming
+                        )
+                        denominator = np.linalg.norm(params["att"][head]) * radius
+                        score = score / denominator if denominator > 0 else 0.0
+                    scores.append(score)
             if not scores:
                 continue
             top = max(scores)

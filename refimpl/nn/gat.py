@@ -50,6 +50,12 @@ import numpy as np
 
 from refimpl.backend import asarray, get_array_module
 from refimpl.graph import Graph
+from refimpl.nn.lipschitz_norm import (
+    LIPSCHITZ_NORM_MODES,
+    LipschitzNormCache,
+    lipschitz_norm,
+    lipschitz_norm_backward,
+)
 from refimpl.ops.activations import leaky_relu, leaky_relu_backward, select_by_mask
 from refimpl.ops.dropout import Dropout
 from refimpl.ops.propagate import propagate, propagate_backward
@@ -73,6 +79,7 @@ class GATCache(NamedTuple):
     alpha: Any  # (E, H) attention coefficients, before dropout
     dropout_cache: Any  # attention-dropout cache (its mask, or None outside training)
     alpha_dropped: Any  # (E, H) coefficients used in the aggregation
+    lipschitz: LipschitzNormCache | None = None  # with ``lipschitz_norm`` set
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,7 @@ class GATConv:
     add_self_loops: bool = True  # PyG default
     bias: bool = True  # PyG default
     dropout: float = 0.0  # attention dropout probability (PyG's `dropout`)
+    lipschitz_norm: str | None = None  # None | "paper" | "reference-code" (lipschitz_norm.py)
 
     def __post_init__(self) -> None:
         for name in ("in_channels", "out_channels", "heads"):
@@ -101,6 +109,19 @@ class GATConv:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if self.negative_slope < 0:
             raise ValueError(f"negative_slope must be >= 0, got {self.negative_slope}")
+        if self.lipschitz_norm not in (None, *LIPSCHITZ_NORM_MODES):
+            raise ValueError(
+                f"lipschitz_norm must be None, 'paper' or 'reference-code', "
+                f"got {self.lipschitz_norm!r}"
+            )
+        if self.lipschitz_norm == "reference-code" and self.version != "v1":
+            raise ValueError(
+                "lipschitz_norm='reference-code' reproduces the authors' GATv1 code; "
+                "use version='v1', or lipschitz_norm='paper' for GATv2"
+            )
+        if self.lipschitz_norm is not None and self.negative_slope > 1:
+            # the normalised v2 score is bounded only if LeakyReLU is 1-Lipschitz
+            raise ValueError(f"lipschitz_norm needs negative_slope <= 1, got {self.negative_slope}")
 
     # -- parameters ------------------------------------------------------------------
     @property
@@ -193,9 +214,14 @@ class GATConv:
             score_src = xp.einsum("nhc,hc->nh", h_src, params["att_src"])
             score_dst = xp.einsum("nhc,hc->nh", h_dst, params["att_dst"])
             pre = gather(score_src, src) + gather(score_dst, dst)
+            act = h_src_edges = lipschitz = None
+            if self.lipschitz_norm is not None:
+                # F3' LipschitzNorm, before the LeakyReLU (E, H)
+                pre, lipschitz = lipschitz_norm(
+                    pre, self.lipschitz_norm, "v1", params, h_src, None, src, dst
+                )
             # F4 e = LeakyReLU(pre) (E, H)
             scores, positive = leaky_relu(pre, self.negative_slope)
-            act = h_src_edges = None
         else:
             # F2 W_s h_u + W_t h_v per edge (E, H, C)
             h_src_edges = gather(h_src, src)
@@ -204,6 +230,12 @@ class GATConv:
             # F3 LeakyReLU (E, H, C), F4 e = att . act (E, H)
             act, positive = leaky_relu(pre, self.negative_slope)
             scores = xp.einsum("ehc,hc->eh", act, params["att"])
+            lipschitz = None
+            if self.lipschitz_norm is not None:
+                # F4' LipschitzNorm of the score (E, H)
+                scores, lipschitz = lipschitz_norm(
+                    scores, self.lipschitz_norm, "v2", params, None, pre, src, dst
+                )
         # F5 softmax over each target's incoming edges (E, H)
         alpha = segment_softmax(scores, dst)
         # F6 attention dropout (E, H)
@@ -232,6 +264,7 @@ class GATConv:
             alpha,
             dropout_cache,
             alpha_dropped,
+            lipschitz,
         )
         return out, cache
 
@@ -271,22 +304,41 @@ class GATConv:
         if self.version == "v1":
             # B4 (of F4) LeakyReLU (E, H)
             d_pre = leaky_relu_backward(cache.positive, d_scores, self.negative_slope)
+            d_att: dict[str, Any] = {}
+            if cache.lipschitz is not None:
+                # B3' (of F3') LipschitzNorm: the quotient and its denominator
+                d_pre, d_h_norms, d_att = lipschitz_norm_backward(
+                    cache.lipschitz, d_pre, params, cache.h_src, None, src, dst
+                )
+                d_h_src = d_h_src + d_h_norms
             # B3 (of F3) the gather's adjoint: sum per source and per target (N, H)
             d_score_src, d_score_dst = segment_sum(d_pre, src), segment_sum(d_pre, dst)
             # B2 (of F2) score halves: att and h both receive gradient
             d_params["att_src"] = xp.einsum("nh,nhc->hc", d_score_src, cache.h_src)
             d_params["att_dst"] = xp.einsum("nh,nhc->hc", d_score_dst, cache.h_dst)
+            for name, d_through_norm in d_att.items():
+                d_params[name] += d_through_norm
             d_h_src = d_h_src + d_score_src[..., None] * params["att_src"]
             d_h_dst = d_score_dst[..., None] * params["att_dst"]
         else:
+            d_pre_norms, d_att = None, {}
+            if cache.lipschitz is not None:
+                # B4' (of F4') LipschitzNorm: the quotient and its denominator
+                d_scores, d_pre_norms, d_att = lipschitz_norm_backward(
+                    cache.lipschitz, d_scores, params, None, cache.pre, src, dst
+                )
             # B4 (of F4) e = att . act
             d_params["att"] = xp.einsum("eh,ehc->hc", d_scores, cache.act)
+            for name, d_through_norm in d_att.items():
+                d_params[name] += d_through_norm
             # B3 (of F3) LeakyReLU, fused with B4's d_act = d_e * att: three passes over
             # (E, H, C) instead of five, d_pre = d_e * (att if pre > 0 else slope * att)
             d_pre = select_by_mask(
                 cache.positive, params["att"], self.negative_slope * params["att"], x.dtype
             )
             d_pre *= d_scores[..., None]  # (E, H, C)
+            if d_pre_norms is not None:
+                d_pre += d_pre_norms
             # B2 (of F2) the gather's adjoint (N, H, C)
             d_h_src = d_h_src + segment_sum(d_pre, src)
             d_h_dst = segment_sum(d_pre, dst)

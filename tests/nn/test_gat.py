@@ -27,6 +27,7 @@ def setups(draw: st.DrawFn, dropout: bool | None = None) -> tuple:
     """A configured layer, its float64 parameters, features, a graph and forward kwargs."""
     graph = draw(graphs())
     version = draw(st.sampled_from(["v1", "v2"]))
+    modes = [None, "paper", "reference-code"] if version == "v1" else [None, "paper"]
     conv = GATConv(
         in_channels=draw(st.integers(1, 4)),
         out_channels=draw(st.integers(1, 3)),
@@ -38,6 +39,7 @@ def setups(draw: st.DrawFn, dropout: bool | None = None) -> tuple:
         add_self_loops=draw(st.booleans()),
         bias=draw(st.booleans()),
         dropout=0.0,
+        lipschitz_norm=draw(st.sampled_from(modes)),
     )
     rng = np.random.default_rng(draw(seeds()))
     params = conv.init_params(rng)

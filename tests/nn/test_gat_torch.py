@@ -36,6 +36,8 @@ def torch_gat(
     if conv.version == "v1":
         h_src = h_dst = (x @ params["W"].T).view(n, heads, channels)
         pre = (h_src * params["att_src"]).sum(-1)[src] + (h_dst * params["att_dst"]).sum(-1)[dst]
+        if conv.lipschitz_norm is not None:
+            pre = pre / lipschitz_denominator_v1(conv, params, h_src, src, dst)
         scores = torch.nn.functional.leaky_relu(pre, conv.negative_slope)
     else:
         h_src = (x @ params["W_s"].T).view(n, heads, channels)
@@ -43,6 +45,10 @@ def torch_gat(
         h_dst = (x @ w_t.T).view(n, heads, channels)
         hidden = torch.nn.functional.leaky_relu(h_src[src] + h_dst[dst], conv.negative_slope)
         scores = (hidden * params["att"]).sum(-1)
+        if conv.lipschitz_norm is not None:
+            # LipschitzNorm Sec. 5: ||a_h|| * max over N(v) of ||W_s h_u + W_t h_v||
+            radius = neighbourhood_max((h_src[src] + h_dst[dst]).norm(dim=-1), dst, n)[dst]
+            scores = scores / (params["att"].norm(dim=-1) * radius)
     top = (
         torch.full((n, heads), -torch.inf, dtype=x.dtype)
         .scatter_reduce(0, dst[:, None].expand(-1, heads), scores, reduce="amax")
@@ -57,6 +63,27 @@ def torch_gat(
     )
     out = out.reshape(n, heads * channels) if conv.concat else out.mean(1)
     return out + params["bias"] if conv.bias else out
+
+
+def neighbourhood_max(values: object, dst: object, n: int) -> object:
+    """``(N, H)`` maximum of the ``(E, H)`` values over each target's incoming edges."""
+    heads = values.shape[1]
+    return torch.full((n, heads), -torch.inf, dtype=values.dtype).scatter_reduce(
+        0, dst[:, None].expand(-1, heads), values, reduce="amax"
+    )
+
+
+def lipschitz_denominator_v1(
+    conv: object, params: dict, h: object, src: object, dst: object
+) -> object:
+    """GATv1 LipschitzNorm denominators (E, H), written from the formulas in torch."""
+    squared = (h * h).sum(-1)  # (N, H)
+    largest = neighbourhood_max(squared[src], dst, h.shape[0])[dst]  # (E, H)
+    att_norm = torch.cat([params["att_src"], params["att_dst"]], dim=-1).norm(dim=-1)  # (H,)
+    if conv.lipschitz_norm == "paper":
+        return att_norm * torch.sqrt(largest + squared[dst])
+    # the released code (github.com/gdasoulas/LipschitzNorm), per head
+    return 4 * att_norm * torch.sqrt(largest + squared[src]) + 1e-12
 
 
 @given(setup=setups())

@@ -1,0 +1,195 @@
+"""LipschitzNorm for graph attention, neighbour-wise and per head (LipschitzNorm Sec. 5).
+
+The paper normalises a score ``g~`` by ``||Q||_F * max_i ||x_i||`` (Eq. 17): the
+Frobenius norm of the attention parameters times the largest norm of a score
+input, taken *neighbour-wise* for graphs ("for each node, we compute the maximum
+of the 2-norms of its neighbours") and per head. For a target ``v``, an edge
+``u -> v`` and head ``h`` (``E`` edges of the attended graph, self-loops
+included when the layer adds them):
+
+``mode="paper"`` (``eps = 0``)
+    ``e_uv / (||a_h|| * max_{k in N(v)} ||x_kv||)`` with ``x_uv`` the input of
+    the score, so that ``|e_uv| <= ||a_h|| ||x_uv||`` bounds every normalised
+    score by 1 (Eq. 15 with ``alpha = 1``):
+
+    * GATv1: ``x_uv = [W h_u ; W h_v]``, ``a_h = [att_src_h ; att_dst_h]``, so
+      ``max_k ||x_kv||^2 = max_k ||W h_k||^2 + ||W h_v||^2``. The score is
+      ``LeakyReLU(a_h . x_uv)``; LeakyReLU is positively homogeneous, so dividing
+      before it (as done here, like the released code) equals dividing after.
+    * GATv2: ``x_uv = W_s h_u + W_t h_v`` and ``e_uv = a_h . LeakyReLU(x_uv)``,
+      which is ``||a_h||``-Lipschitz in ``x_uv`` (LeakyReLU is 1-Lipschitz for
+      slopes <= 1), so ``max_k ||x_kv||`` is the norm of the pre-activation.
+
+``mode="reference-code"`` (GATv1 only)
+    The formula of the authors' released code (``normalizations/lipschitznorm.py``
+    of github.com/gdasoulas/LipschitzNorm), applied before the LeakyReLU:
+    ``(a_h . x_uv) / (4 ||a_h|| * sqrt(max_{k in N(v)} ||W h_k||^2 + ||W h_u||^2) + 1e-12)``.
+    It differs from the paper in the factor 4 and in adding the *source*'s norm
+    ``||W h_u||^2`` where the paper's ``x_uv`` has the target's. With several
+    heads the released code flattens its ``(N, H)`` maxima to ``(N * H, 1)`` and
+    indexes them by node, mixing heads and nodes, and its default
+    (``scale_individually=False``) takes one norm over the attention vectors of
+    all heads; here both are per head, which agrees with the released code for
+    one head.
+
+Zero denominators: with ``eps = 0`` the denominator vanishes only where the
+attention vector of a head is zero or every score input of a neighbourhood is
+zero, and then the raw score is zero too. The normalised score is defined as 0
+there and its derivative is taken as that of ``e / 1`` (no gradient through the
+denominator): the quotient has no derivative at that point (its limit depends
+on the direction), and this choice lets training leave a zero attention vector
+(``Xav_Z``, ``Bal_X``, ``Bal_O`` start there). Ties in the neighbourhood
+maximum send its gradient to one edge, the lowest index (``segment_max``); a
+zero-norm ``x`` gets the zero subgradient of the norm.
+
+Forward and backward side by side (``r`` the per-edge radius, ``D`` the denominator):
+
+    F1  ||a_h||                                      (H,)
+    F2  r_uv = max_k ||x_kv|| (paper) or the
+        reference code's square root                 (E, H)
+    F3  D = factor * ||a_h|| * r + eps               (E, H)
+    F4  e / D                                        (E, H)
+
+    B4  d_e = d_out / D,  d_D = -d_out * out / D
+    B3  d||a_h|| = factor sum_e d_D r,  d_r = factor d_D ||a_h||
+    B2  through the max (to one edge) and the norms, into W h (v1) or x_uv (v2)
+    B1  d a_h = d||a_h|| a_h / ||a_h||
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from refimpl.backend import get_array_module
+from refimpl.ops.segment import Segments, gather, segment_max, segment_max_backward, segment_sum
+
+__all__ = [
+    "LIPSCHITZ_NORM_MODES",
+    "LipschitzNormCache",
+    "lipschitz_norm",
+    "lipschitz_norm_backward",
+]
+
+LIPSCHITZ_NORM_MODES = ("paper", "reference-code")
+_REFERENCE_FACTOR = 4.0  # released code: LipschitzNorm(att_norm=4)
+_REFERENCE_EPS = 1e-12  # released code: LipschitzNorm(eps=1e-12)
+
+
+class LipschitzNormCache(NamedTuple):
+    """What :func:`lipschitz_norm_backward` reads."""
+
+    mode: str
+    version: str  # "v1" | "v2"
+    normalised: Any  # (E, H) the normalised scores
+    denominator: Any  # (E, H) D, with 1 where D = 0 (see the module docstring)
+    nonzero: Any  # (E, H) D > 0
+    att_norm: Any  # (H,) ||a_h||
+    radius: Any  # (E, H) r
+    norms: Any  # v1: (N, H) ||W h_k||^2; v2: (E, H) ||x_uv||
+    argmax: Any  # (N, H) edge attaining each neighbourhood's maximum (-1 if none)
+
+
+def _att_vectors(params: dict[str, Any], version: str) -> list[Any]:
+    return [params["att_src"], params["att_dst"]] if version == "v1" else [params["att"]]
+
+
+def lipschitz_norm(
+    raw: Any,
+    mode: str,
+    version: str,
+    params: dict[str, Any],
+    h_src: Any,
+    pre: Any,
+    src: Segments,
+    dst: Segments,
+) -> tuple[Any, LipschitzNormCache]:
+    """Divide each edge's score by its neighbour-wise Lipschitz denominator.
+
+    Parameters
+    ----------
+    raw : (E, H)
+        The scores to normalise: v1 ``a_h . x_uv`` (before the LeakyReLU), v2
+        ``a_h . LeakyReLU(x_uv)``.
+    mode : "paper" | "reference-code"
+    version : "v1" | "v2"
+    params : the layer's parameters (attention vectors read from here)
+    h_src : (N, H, C) ``W h`` (v1; unused for v2)
+    pre : (E, H, C) ``x_uv = W_s h_u + W_t h_v`` (v2; unused for v1)
+    src, dst : segments of the attended edges by source and by target
+
+    Returns
+    -------
+    normalised : (E, H)
+    cache : LipschitzNormCache
+    """
+    xp = get_array_module(raw)
+    factor, eps = (_REFERENCE_FACTOR, _REFERENCE_EPS) if mode == "reference-code" else (1.0, 0.0)
+    # F1 ||a_h|| (H,)
+    att_norm = xp.sqrt(sum((a * a).sum(axis=1) for a in _att_vectors(params, version)))
+    # F2 per-edge radius (E, H)
+    if version == "v1":
+        norms = (h_src * h_src).sum(axis=2)  # (N, H) ||W h_k||^2
+        neighbour_max, argmax = segment_max(gather(norms, src), dst)  # (N, H)
+        own = gather(norms, src if mode == "reference-code" else dst)  # (E, H)
+        radius = xp.sqrt(gather(neighbour_max, dst) + own)
+    else:
+        norms = xp.sqrt((pre * pre).sum(axis=2))  # (E, H) ||x_uv||
+        neighbour_max, argmax = segment_max(norms, dst)  # (N, H)
+        radius = gather(neighbour_max, dst)
+    # F3 denominator (E, H); 1 where it vanishes (the raw score is 0 there)
+    denominator = factor * att_norm * radius + eps
+    nonzero = denominator > 0
+    denominator = xp.where(nonzero, denominator, 1.0).astype(raw.dtype, copy=False)
+    # F4
+    normalised = raw / denominator
+    cache = LipschitzNormCache(
+        mode, version, normalised, denominator, nonzero, att_norm, radius, norms, argmax
+    )
+    return normalised, cache
+
+
+def lipschitz_norm_backward(
+    cache: LipschitzNormCache,
+    d_normalised: Any,
+    params: dict[str, Any],
+    h_src: Any,
+    pre: Any,
+    src: Segments,
+    dst: Segments,
+) -> tuple[Any, Any, dict[str, Any]]:
+    """Adjoint of :func:`lipschitz_norm`.
+
+    Returns ``(d_raw (E, H), d_input, d_att)``: ``d_input`` is the gradient
+    through the denominator into ``h_src`` (v1, (N, H, C)) or ``pre`` (v2,
+    (E, H, C)); ``d_att`` maps the attention parameter names to their gradient
+    through ``||a_h||``. Both add to the layer's other contributions.
+    """
+    xp = get_array_module(d_normalised)
+    factor = _REFERENCE_FACTOR if cache.mode == "reference-code" else 1.0
+    # B4 (of F4) the quotient; no gradient through a vanished denominator
+    d_raw = d_normalised / cache.denominator
+    d_denominator = xp.where(cache.nonzero, -d_normalised * cache.normalised / cache.denominator, 0)
+    # B3 (of F3) (H,) and (E, H)
+    d_att_norm = factor * (d_denominator * cache.radius).sum(axis=0)
+    d_radius = factor * d_denominator * cache.att_norm
+    # B2 (of F2)
+    if cache.version == "v1":
+        # radius = sqrt(q), q = max_k ||W h_k||^2 + own; sqrt'(0) taken as 0
+        positive = cache.radius > 0
+        d_q = xp.where(positive, d_radius / (2 * xp.where(positive, cache.radius, 1)), 0)
+        d_neighbour_max = segment_sum(d_q, dst)  # (N, H)
+        d_norms = segment_sum(segment_max_backward(d_neighbour_max, cache.argmax, dst), src)
+        d_norms += segment_sum(d_q, src if cache.mode == "reference-code" else dst)  # (N, H)
+        d_input = 2 * d_norms[..., None] * h_src  # (N, H, C)
+    else:
+        d_neighbour_max = segment_sum(d_radius, dst)  # (N, H)
+        d_norms = segment_max_backward(d_neighbour_max, cache.argmax, dst)  # (E, H)
+        positive = cache.norms > 0
+        scale = xp.where(positive, d_norms / xp.where(positive, cache.norms, 1), 0)
+        d_input = scale[..., None] * pre  # (E, H, C)
+    # B1 (of F1) d||a|| / da = a / ||a|| (zero subgradient at a = 0)
+    positive = cache.att_norm > 0
+    scale = xp.where(positive, d_att_norm / xp.where(positive, cache.att_norm, 1), 0)  # (H,)
+    names = ("att_src", "att_dst") if cache.version == "v1" else ("att",)
+    d_att = {name: scale[:, None] * params[name] for name in names}
+    return d_raw, d_input, d_att
