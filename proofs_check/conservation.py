@@ -331,3 +331,29 @@ def negative_control_elu(ctx: Context) -> WorstCase:
         residual = relative_residual(params, gradients(model, params, x, graph, y, mask))
         worst.add(residual.max(), BROKEN_AT_LEAST)
     return worst
+
+
+@check(
+    id="gat_balance.negative_control.lipschitznorm",
+    paper="GAT-balance",
+    statement="negative control: LipschitzNorm divides the scores by ||a|| max ||x_uv||, "
+    "which the rescaling (lambda w_in, a / lambda, w_out / lambda) changes, so the law "
+    "breaks; largest relative residual over the cases >= 1e-3",
+)
+def negative_control_lipschitznorm(ctx: Context) -> WorstCase:
+    """One counterexample disproves a law, so the largest residual over the cases is
+    reported (ELU's check asks every case). Here the law breaks only through the scores,
+    so cases where attention barely moves the loss (a node with one edge, dead ReLUs)
+    have residuals down to 0; each case makes a labelled node attend over >= 2 edges."""
+    largest, cases = 0.0, max(ctx.cases, 1)
+    for _ in range(cases):  # at least one case: none proves nothing
+        in_degree = np.zeros(1, dtype=np.int64)
+        while in_degree.max() < 2:
+            model, params, x, graph, y, mask = random_case(ctx, lipschitz_norm="paper")
+            in_degree = np.bincount(model.layers[0].prepare_graph(graph).edge_index[1])
+        mask = ctx.xp.asarray(to_numpy(mask) | (in_degree == in_degree.max()))
+        residual = relative_residual(params, gradients(model, params, x, graph, y, mask))
+        largest = max(largest, float(residual.max()))
+    worst = WorstCase("lower")
+    worst.add(largest, BROKEN_AT_LEAST, cases=cases)
+    return worst

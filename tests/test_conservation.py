@@ -10,6 +10,7 @@ a central difference of the loss along the rescaling it stands for.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -90,14 +91,23 @@ def test_law_holds_for_every_hidden_neuron(
     assert residual_per_neuron.max() <= RESIDUAL_TOL
 
 
+BREAKERS = [{"activation": "elu"}, {"lipschitz_norm": "paper"}]  # the negative controls
+
+
 @settings(deadline=None, max_examples=20)
-@given(graph=graphs(min_nodes=2, max_nodes=6), seed=seeds(), num_layers=st.integers(2, 4))
-def test_elu_breaks_the_law_and_the_residual_is_the_rescaling_derivative(graph, seed, num_layers):
+@given(
+    graph=graphs(min_nodes=2, max_nodes=6),
+    seed=seeds(),
+    num_layers=st.integers(2, 4),
+    breaker=st.sampled_from(BREAKERS),
+)
+def test_broken_law_residual_is_the_rescaling_derivative(graph, seed, num_layers, breaker):
     # delta_i = d/dlambda L(lambda in_i, a_i / lambda, out_i / lambda) at lambda = 1
     # (GAT-balance Lemma 6.2). Compare with a central difference of the loss: this
-    # ties the three inner products to their meaning, independent of the backward.
+    # ties the three inner products to their meaning, independent of the backward,
+    # where the law does not hold (ELU; LipschitzNorm's rescaled denominator).
     model, params, x, y, mask = _case(
-        graph, seed, num_layers=num_layers, hidden_channels=3, activation="elu"
+        graph, seed, num_layers=num_layers, hidden_channels=3, **breaker
     )
     residuals = conservation_residuals(params, gradients(model, params, x, graph, y, mask))
     layers = layer_structure(params)
@@ -120,9 +130,10 @@ def test_elu_breaks_the_law_and_the_residual_is_the_rescaling_derivative(graph, 
             assert abs(derivative - residual.delta[neuron]) <= 1e-6 * scale + 1e-9
 
 
-def test_elu_residual_is_clearly_nonzero():
+@pytest.mark.parametrize("breaker", BREAKERS)
+def test_broken_law_residual_is_clearly_nonzero(breaker):
     graph = Graph(np.array([[0, 1, 2, 2], [1, 2, 0, 1]]), 3)
-    model, params, x, y, mask = _case(graph, 3, num_layers=3, hidden_channels=4, activation="elu")
+    model, params, x, y, mask = _case(graph, 3, num_layers=3, hidden_channels=4, **breaker)
     assert relative_residual(params, gradients(model, params, x, graph, y, mask)).max() > 1e-3
 
 
