@@ -35,6 +35,7 @@ __all__ = [
     "balancedness_summary",
     "conservation_residuals",
     "fraction_changed",
+    "grad_norms",
     "parameter_changes",
     "relative_grad_norms",
 ]
@@ -111,14 +112,8 @@ def _kind(name: str) -> tuple[str, str | None]:
     return layer, None
 
 
-def relative_grad_norms(params: dict[str, Any], grads: dict[str, Any]) -> dict[str, dict]:
-    """Per layer, ``||grad||_F / ||param||_F`` for feature weights and attention vectors.
-
-    Feature parameters are the ``W*`` and ``res_W`` matrices, attention the
-    ``att*`` vectors (biases are left out). Returns ``{layer: {"feature": r,
-    "attention": r}}`` with ``None`` where the parameters are all zero (a
-    relative norm is undefined there: zero-initialised attention, say).
-    """
+def _squared_norms(params: dict[str, Any], grads: dict[str, Any]) -> dict[str, dict[str, list]]:
+    """``{layer: {kind: [||grad||^2, ||param||^2]}}`` over the feature and attention tensors."""
     squares: dict[str, dict[str, list[float]]] = {}
     for name, value in params.items():
         layer, kind = _kind(name)
@@ -128,11 +123,34 @@ def relative_grad_norms(params: dict[str, Any], grads: dict[str, Any]) -> dict[s
         entry = squares.setdefault(layer, {}).setdefault(kind, [0.0, 0.0])
         entry[0] += float(xp.sum(grads[name] * grads[name]))
         entry[1] += float(xp.sum(value * value))
+    return squares
+
+
+def grad_norms(params: dict[str, Any], grads: dict[str, Any]) -> dict[str, dict]:
+    """Per layer, ``||grad||_F`` of the feature weights and of the attention vectors.
+
+    The quantity of LipschitzNorm Fig. 2 (attention, per layer and epoch). Same
+    grouping and return layout as :func:`relative_grad_norms`.
+    """
+    return {
+        layer: {kind: math.sqrt(g) for kind, (g, _) in kinds.items()}
+        for layer, kinds in _squared_norms(params, grads).items()
+    }
+
+
+def relative_grad_norms(params: dict[str, Any], grads: dict[str, Any]) -> dict[str, dict]:
+    """Per layer, ``||grad||_F / ||param||_F`` for feature weights and attention vectors.
+
+    Feature parameters are the ``W*`` and ``res_W`` matrices, attention the
+    ``att*`` vectors (biases are left out). Returns ``{layer: {"feature": r,
+    "attention": r}}`` with ``None`` where the parameters are all zero (a
+    relative norm is undefined there: zero-initialised attention, say).
+    """
     return {
         layer: {
             kind: (math.sqrt(g) / math.sqrt(p) if p > 0 else None) for kind, (g, p) in kinds.items()
         }
-        for layer, kinds in squares.items()
+        for layer, kinds in _squared_norms(params, grads).items()
     }
 
 

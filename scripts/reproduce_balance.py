@@ -24,16 +24,14 @@ Bal_O, Fig. 3/4 single runs) and the wall time. Needs the Planetoid files.
 from __future__ import annotations
 
 import argparse
-import json
-import multiprocessing
 import os
-import signal
 import statistics
 import sys
 import time
 from pathlib import Path
 
 from refimpl.train.experiment import mean_ci95
+from refimpl.train.parallel import run_jobs
 
 LR = {"sgd": {2: 0.1, 5: 0.1, 10: 0.05, 20: 0.05, 40: 0.005}, "adam": {2: 0.005, 5: 0.005}}
 ADAM_DEEP_LR = 0.0005  # L >= 10
@@ -106,9 +104,13 @@ def run_one(job: dict) -> dict:
     return {**job, **result.as_dict(), "seconds": time.perf_counter() - start}
 
 
-def _init_worker() -> None:
-    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[name] = "1"
+def _describe(result: dict) -> str:
+    return (
+        f"  {result['optimizer']} L={result['depth']} {result['init']} "
+        f"seed {result['seed']}: test {100 * result['test_acc']:.1f}% at epoch "
+        f"{result['best_epoch'] + 1}, {result['epochs_run']} epochs, "
+        f"{result['seconds']:.0f} s"
+    )
 
 
 def table(results: list[dict]) -> str:
@@ -167,33 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         for init in args.inits
         for seed in range(args.seeds)
     ]
-    results, todo = [], []
-    for job in jobs:
-        summary = Path(job["run_dir"]) / "result.json"
-        if summary.exists():
-            results.append(json.loads(summary.read_text()))
-        else:
-            todo.append(job)
-    print(
-        f"{len(jobs)} runs, {len(results)} done before, {len(todo)} to do, {args.workers} workers",
-        flush=True,
-    )
     start = time.perf_counter()
-    # SIGTERM (kill) exits through the Pool's context manager, which terminates the
-    # workers: none is left training on after its parent is gone.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    context = multiprocessing.get_context("spawn")
-    with context.Pool(args.workers, initializer=_init_worker) as pool:
-        for result in pool.imap_unordered(run_one, todo):
-            Path(result["run_dir"], "result.json").write_text(json.dumps(result, indent=2))
-            results.append(result)
-            print(
-                f"  {result['optimizer']} L={result['depth']} {result['init']} "
-                f"seed {result['seed']}: test {100 * result['test_acc']:.1f}% at epoch "
-                f"{result['best_epoch'] + 1}, {result['epochs_run']} epochs, "
-                f"{result['seconds']:.0f} s",
-                flush=True,
-            )
+    results = run_jobs(run_one, jobs, args.workers, _describe)
     wall = time.perf_counter() - start
     cpu = sum(r["seconds"] for r in results)
     print()

@@ -40,20 +40,24 @@ def _read_log(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line]
 
 
-def grad_norm_matrix(records: list[dict[str, Any]], kind: str) -> tuple[list[str], np.ndarray]:
-    """Layers x epochs matrix of relative gradient norms (NaN where undefined)."""
-    layers = list(records[0]["grad_norms"])  # in the model's order: layer0, layer1, ...
+def grad_norm_matrix(
+    records: list[dict[str, Any]], kind: str, key: str = "grad_norms"
+) -> tuple[list[str], np.ndarray]:
+    """Layers x epochs matrix of gradient norms (NaN where undefined): relative
+    (``key="grad_norms"``) or absolute (``"grad_abs"``)."""
+    layers = list(records[0][key])  # in the model's order: layer0, layer1, ...
     matrix = np.full((len(layers), len(records)), np.nan)
     for j, record in enumerate(records):
         for i, layer in enumerate(layers):
-            value = record["grad_norms"].get(layer, {}).get(kind)
+            value = record[key].get(layer, {}).get(kind)
             if value is not None:
                 matrix[i, j] = value
     return layers, matrix
 
 
 def plot_run(run_dir: Path, kind: str = "feature") -> list[Path]:
-    """Draw ``curves.png`` and ``grad_norms.png`` into ``run_dir``; returns the paths."""
+    """Draw ``curves.png``, ``grad_norms.png`` and (logs that have it) ``grad_abs.png`` into
+    ``run_dir``; returns the paths."""
     try:
         import matplotlib
 
@@ -82,10 +86,44 @@ def plot_run(run_dir: Path, kind: str = "feature") -> list[Path]:
     figure.savefig(curves, dpi=120)
     plt.close(figure)
 
-    layers, matrix = grad_norm_matrix(records, kind)
+    heat = _heat_map(
+        plt,
+        LogNorm,
+        epochs,
+        *grad_norm_matrix(records, kind),
+        f"relative gradient norm ||grad W|| / ||W|| ({kind})",
+        run_dir / "grad_norms.png",
+    )
+    written = [curves, heat]
+    if "grad_abs" in records[0]:  # LipschitzNorm Fig. 2: the attention's gradient norm
+        written.append(
+            _heat_map(
+                plt,
+                LogNorm,
+                epochs,
+                *grad_norm_matrix(records, "attention", key="grad_abs"),
+                "gradient norm of the attention parameters ||grad a||",
+                run_dir / "grad_abs.png",
+            )
+        )
+    if "balancedness" in records[0]:
+        written.append(_plot_balance(plt, run_dir, epochs, records))
+    return written
+
+
+def _heat_map(
+    plt: Any,
+    log_norm: Any,
+    epochs: list[int],
+    layers: list[str],
+    matrix: np.ndarray,
+    title: str,
+    path: Path,
+) -> Path:
+    """Layers x epochs, log colour scale (non-positive and undefined cells left blank)."""
     figure, axis = plt.subplots(figsize=(10, 0.4 * len(layers) + 2))
     positive = matrix[np.isfinite(matrix) & (matrix > 0)]
-    norm = LogNorm(vmin=positive.min(), vmax=positive.max()) if positive.size else None
+    norm = log_norm(vmin=positive.min(), vmax=positive.max()) if positive.size else None
     image = axis.imshow(
         np.where(matrix > 0, matrix, np.nan),
         aspect="auto",
@@ -95,16 +133,12 @@ def plot_run(run_dir: Path, kind: str = "feature") -> list[Path]:
         extent=(epochs[0] - 0.5, epochs[-1] + 0.5, len(layers) - 0.5, -0.5),
     )
     axis.set_yticks(range(len(layers)), layers)
-    axis.set(xlabel="epoch", title=f"relative gradient norm ||grad W|| / ||W|| ({kind})")
+    axis.set(xlabel="epoch", title=title)
     figure.colorbar(image, ax=axis)
     figure.tight_layout()
-    heat = run_dir / "grad_norms.png"
-    figure.savefig(heat, dpi=120)
+    figure.savefig(path, dpi=120)
     plt.close(figure)
-    written = [curves, heat]
-    if "balancedness" in records[0]:
-        written.append(_plot_balance(plt, run_dir, epochs, records))
-    return written
+    return path
 
 
 def _plot_balance(plt: Any, run_dir: Path, epochs: list[int], records: list[dict]) -> Path:

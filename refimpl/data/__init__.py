@@ -20,6 +20,7 @@ from refimpl.data.geom_gcn import GEOM_GCN_NAMES, load_geom_gcn
 from refimpl.data.planetoid import PLANETOID_NAMES, load_planetoid
 from refimpl.data.splits import drop_features, random_split
 from refimpl.data.synthetic import contextual_sbm, karate_club, knn_graph
+from refimpl.data.trees import tree_neighbors_match
 
 __all__ = [
     "GEOM_GCN_NAMES",
@@ -39,6 +40,7 @@ __all__ = [
     "random_split",
     "register_loader",
     "row_normalize",
+    "tree_neighbors_match",
 ]
 
 DATA_ENV = "REFIMPL_DATA"  # the environment variable naming the datasets folder
@@ -110,6 +112,7 @@ def _register_builtins() -> None:
         register_loader(geom, lambda root, _n=geom, **kw: load_geom_gcn(root, _n, **kw))
     register_loader("karate", karate_club, needs_root=False)
     register_loader("csbm", _csbm, needs_root=False)
+    register_loader("trees", tree_neighbors_match, needs_root=False)
 
 
 _register_builtins()

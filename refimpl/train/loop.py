@@ -37,6 +37,7 @@ from refimpl.diagnostics import (
     balancedness_summary,
     conservation_residuals,
     fraction_changed,
+    grad_norms,
     relative_grad_norms,
 )
 from refimpl.metrics import accuracy, roc_auc
@@ -191,6 +192,7 @@ def train_model(
                 f"{_layer_of(bad) if bad else '?'} ({bad}); lower the learning rate"
             )
         norms = relative_grad_norms(params, grads)
+        absolute_norms = grad_norms(params, grads)
         # GAT-balance diagnostics of the parameters the gradient was taken at
         balance_record = _balance_record(params, grads) if config.diagnostics else {}
         # 4 optimiser step
@@ -217,6 +219,7 @@ def train_model(
             "val_acc": accs["val"],
             "test_acc": accs["test"],
             "grad_norms": norms,
+            "grad_abs": absolute_norms,
             **balance_record,
         }
         if out is not None:

@@ -11,6 +11,7 @@ import pytest
 
 from refimpl.backend import to_numpy
 from refimpl.data import contextual_sbm
+from refimpl.diagnostics import grad_norms
 from refimpl.models import GAT
 from refimpl.train import (
     TrainConfig,
@@ -135,8 +136,13 @@ def test_log_lines_and_selection(dataset: object, tmp_path: Path) -> None:
         "val_acc",
         "test_acc",
         "grad_norms",
+        "grad_abs",
     }
     assert set(records[0]["grad_norms"]) == {"layer0", "layer1"}
+    for layer, norms in records[0]["grad_abs"].items():
+        relative = records[0]["grad_norms"][layer]
+        assert set(norms) == set(relative) == {"feature", "attention"}
+        assert all(norms[kind] > 0 for kind in norms)
     best = max(records, key=lambda r: (r["val_acc"], -r["epoch"]))
     assert (result.best_epoch, result.val_acc, result.test_acc) == (
         best["epoch"],
@@ -165,6 +171,9 @@ def test_relative_grad_norms_by_hand() -> None:
     norms = relative_grad_norms(params, grads)
     assert norms["layer0"] == {"feature": pytest.approx(0.1), "attention": None}
     assert norms["layer1"] == {"feature": pytest.approx(2.0)}
+    absolute = grad_norms(params, grads)  # ||grad|| alone: defined at zero parameters too
+    assert absolute["layer0"] == {"feature": pytest.approx(0.5), "attention": pytest.approx(2**0.5)}
+    assert absolute["layer1"] == {"feature": pytest.approx(8**0.5)}
 
 
 def test_several_seeds_get_their_own_directories(dataset: object, tmp_path: Path) -> None:
