@@ -52,9 +52,9 @@ from refimpl.backend import asarray, get_array_module
 from refimpl.graph import Graph
 from refimpl.nn.lipschitz_norm import (
     LIPSCHITZ_NORM_MODES,
-    LipschitzNormCache,
-    lipschitz_norm,
-    lipschitz_norm_backward,
+    NeighbourNormCache,
+    neighbour_lipschitz_norm,
+    neighbour_lipschitz_norm_backward,
 )
 from refimpl.ops.activations import leaky_relu, leaky_relu_backward, select_by_mask
 from refimpl.ops.dropout import Dropout
@@ -79,7 +79,7 @@ class GATCache(NamedTuple):
     alpha: Any  # (E, H) attention coefficients, before dropout
     dropout_cache: Any  # attention-dropout cache (its mask, or None outside training)
     alpha_dropped: Any  # (E, H) coefficients used in the aggregation
-    lipschitz: LipschitzNormCache | None = None  # with ``lipschitz_norm`` set
+    lipschitz: NeighbourNormCache | None = None  # with ``lipschitz_norm`` set
 
 
 @dataclass(frozen=True)
@@ -217,7 +217,7 @@ class GATConv:
             act = h_src_edges = lipschitz = None
             if self.lipschitz_norm is not None:
                 # F3' LipschitzNorm, before the LeakyReLU (E, H)
-                pre, lipschitz = lipschitz_norm(
+                pre, lipschitz = neighbour_lipschitz_norm(
                     pre, self.lipschitz_norm, "v1", params, h_src, None, src, dst
                 )
             # F4 e = LeakyReLU(pre) (E, H)
@@ -233,7 +233,7 @@ class GATConv:
             lipschitz = None
             if self.lipschitz_norm is not None:
                 # F4' LipschitzNorm of the score (E, H)
-                scores, lipschitz = lipschitz_norm(
+                scores, lipschitz = neighbour_lipschitz_norm(
                     scores, self.lipschitz_norm, "v2", params, None, pre, src, dst
                 )
         # F5 softmax over each target's incoming edges (E, H)
@@ -307,7 +307,7 @@ class GATConv:
             d_att: dict[str, Any] = {}
             if cache.lipschitz is not None:
                 # B3' (of F3') LipschitzNorm: the quotient and its denominator
-                d_pre, d_h_norms, d_att = lipschitz_norm_backward(
+                d_pre, d_h_norms, d_att = neighbour_lipschitz_norm_backward(
                     cache.lipschitz, d_pre, params, cache.h_src, None, src, dst
                 )
                 d_h_src = d_h_src + d_h_norms
@@ -324,7 +324,7 @@ class GATConv:
             d_pre_norms, d_att = None, {}
             if cache.lipschitz is not None:
                 # B4' (of F4') LipschitzNorm: the quotient and its denominator
-                d_scores, d_pre_norms, d_att = lipschitz_norm_backward(
+                d_scores, d_pre_norms, d_att = neighbour_lipschitz_norm_backward(
                     cache.lipschitz, d_scores, params, None, cache.pre, src, dst
                 )
             # B4 (of F4) e = att . act

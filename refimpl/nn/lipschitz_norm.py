@@ -65,9 +65,9 @@ from refimpl.ops.segment import Segments, gather, segment_max, segment_max_backw
 
 __all__ = [
     "LIPSCHITZ_NORM_MODES",
-    "LipschitzNormCache",
-    "lipschitz_norm",
-    "lipschitz_norm_backward",
+    "NeighbourNormCache",
+    "neighbour_lipschitz_norm",
+    "neighbour_lipschitz_norm_backward",
 ]
 
 LIPSCHITZ_NORM_MODES = ("paper", "reference-code")
@@ -75,8 +75,8 @@ _REFERENCE_FACTOR = 4.0  # released code: LipschitzNorm(att_norm=4)
 _REFERENCE_EPS = 1e-12  # released code: LipschitzNorm(eps=1e-12)
 
 
-class LipschitzNormCache(NamedTuple):
-    """What :func:`lipschitz_norm_backward` reads."""
+class NeighbourNormCache(NamedTuple):
+    """What :func:`neighbour_lipschitz_norm_backward` reads."""
 
     mode: str
     version: str  # "v1" | "v2"
@@ -93,7 +93,7 @@ def _att_vectors(params: dict[str, Any], version: str) -> list[Any]:
     return [params["att_src"], params["att_dst"]] if version == "v1" else [params["att"]]
 
 
-def lipschitz_norm(
+def neighbour_lipschitz_norm(
     raw: Any,
     mode: str,
     version: str,
@@ -102,7 +102,7 @@ def lipschitz_norm(
     pre: Any,
     src: Segments,
     dst: Segments,
-) -> tuple[Any, LipschitzNormCache]:
+) -> tuple[Any, NeighbourNormCache]:
     """Divide each edge's score by its neighbour-wise Lipschitz denominator.
 
     Parameters
@@ -120,7 +120,7 @@ def lipschitz_norm(
     Returns
     -------
     normalised : (E, H)
-    cache : LipschitzNormCache
+    cache : NeighbourNormCache
     """
     xp = get_array_module(raw)
     factor, eps = (_REFERENCE_FACTOR, _REFERENCE_EPS) if mode == "reference-code" else (1.0, 0.0)
@@ -142,14 +142,14 @@ def lipschitz_norm(
     denominator = xp.where(nonzero, denominator, 1.0).astype(raw.dtype, copy=False)
     # F4
     normalised = raw / denominator
-    cache = LipschitzNormCache(
+    cache = NeighbourNormCache(
         mode, version, normalised, denominator, nonzero, att_norm, radius, norms, argmax
     )
     return normalised, cache
 
 
-def lipschitz_norm_backward(
-    cache: LipschitzNormCache,
+def neighbour_lipschitz_norm_backward(
+    cache: NeighbourNormCache,
     d_normalised: Any,
     params: dict[str, Any],
     h_src: Any,
@@ -157,7 +157,7 @@ def lipschitz_norm_backward(
     src: Segments,
     dst: Segments,
 ) -> tuple[Any, Any, dict[str, Any]]:
-    """Adjoint of :func:`lipschitz_norm`.
+    """Adjoint of :func:`neighbour_lipschitz_norm`.
 
     Returns ``(d_raw (E, H), d_input, d_att)``: ``d_input`` is the gradient
     through the denominator into ``h_src`` (v1, (N, H, C)) or ``pre`` (v2,

@@ -1,0 +1,95 @@
+"""Pieces shared by the dense attention blocks: row-wise softmax and boundary checks.
+
+Private to :mod:`refimpl.nn.attention` and its blocks
+(:mod:`refimpl.nn.linear_score_attention`, :mod:`refimpl.nn.transformer_attention`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from refimpl.backend import get_array_module
+from refimpl.validation import check_array, check_input, check_params, check_same_dtype
+
+__all__ = [
+    "check_alpha",
+    "check_normalization",
+    "check_tangent",
+    "check_with_params",
+    "check_x",
+    "glorot",
+    "positive_int",
+    "softmax_rows",
+    "softmax_rows_derivative",
+]
+
+
+def softmax_rows(scores: Any) -> Any:
+    """Row-wise softmax (Eq. 3), shifted by the row max for stability (m, n)."""
+    xp = get_array_module(scores)
+    exp = xp.exp(scores - xp.max(scores, axis=1, keepdims=True))
+    return exp / xp.sum(exp, axis=1, keepdims=True)
+
+
+def softmax_rows_derivative(probabilities: Any, d: Any) -> Any:
+    """``(diag(p) - p p^T) d`` per row: the jvp and (the Jacobian being symmetric) the vjp."""
+    xp = get_array_module(d)
+    return probabilities * (d - xp.sum(probabilities * d, axis=1, keepdims=True))
+
+
+def positive_int(owner: str, name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{owner} {name} must be a positive int, got {value!r}")
+
+
+def check_normalization(owner: str, value: Any, allowed: tuple) -> None:
+    if value not in allowed:
+        raise ValueError(
+            f"{owner} normalization must be one of {', '.join(map(repr, allowed))}, got {value!r}"
+        )
+
+
+def check_alpha(owner: str, alpha: Any) -> None:
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.floating, np.integer)):
+        raise ValueError(f"{owner} alpha must be a real number >= 0, got {alpha!r}")
+    if not (math.isfinite(alpha) and alpha >= 0):
+        raise ValueError(
+            f"{owner} alpha must be finite and >= 0 (LipschitzNorm Eq. 15), got {alpha}"
+        )
+
+
+def check_x(x: Any, rows: int, owner: str) -> Any:
+    """``x`` is a finite float ``(rows, n)`` array with ``n >= 1``; returns its module."""
+    shape = getattr(x, "shape", None)
+    if shape is not None and len(shape) == 2 and shape[0] != rows and shape[1] == rows:
+        raise ValueError(
+            f"{owner}: x has shape {tuple(shape)} but must be ({rows}, n): the input vectors "
+            "are the columns of x (LipschitzNorm Sec. 3.3); pass x.T"
+        )
+    xp = check_input(x, "x", shape=(rows, None))
+    if x.shape[1] == 0:
+        raise ValueError(f"{owner}: x has no columns; attention needs n >= 1 input vectors")
+    return xp
+
+
+def check_with_params(params: Any, shapes: dict, owner: str, x: Any, rows: int) -> Any:
+    check_params(params, shapes, owner)
+    xp = check_x(x, rows, owner)
+    get_array_module(x, *params.values())  # TypeError if x and params are on two backends
+    check_same_dtype(params, x, "x")
+    return xp
+
+
+def check_tangent(d_x: Any, x: Any) -> None:
+    check_array(d_x, "d_x", shape=tuple(x.shape))
+    if d_x.dtype != x.dtype:
+        raise TypeError(f"d_x has dtype {d_x.dtype} but the forward ran in {x.dtype}; cast d_x")
+    get_array_module(d_x, x)  # TypeError if on another backend
+
+
+def glorot(rng: np.random.Generator, shape: tuple, fan: tuple) -> np.ndarray:
+    bound = math.sqrt(6.0 / (fan[0] + fan[1]))
+    return rng.uniform(-bound, bound, size=shape)
