@@ -9,14 +9,20 @@ from refimpl.nn.attention import (
     TransformerAttentionCache,
 )
 from refimpl.nn.gat import GATCache, GATConv
+from refimpl.nn.layernorm import LayerNorm, LayerNormCache
+from refimpl.nn.pairnorm import PairNorm, PairNormCache
 
 __all__ = [
     "Attention",
     "AttentionCache",
     "GATCache",
     "GATConv",
+    "LayerNorm",
+    "LayerNormCache",
     "MultiHeadAttention",
     "MultiHeadAttentionCache",
+    "PairNorm",
+    "PairNormCache",
     "TransformerAttention",
     "TransformerAttentionCache",
 ]

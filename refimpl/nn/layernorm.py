@@ -1,0 +1,195 @@
+"""``LayerNorm`` over a node's features or over a whole graph, with its hand-written backward.
+
+Layer normalisation (Ba, Kiros & Hinton 2016) standardises a group of entries by
+their own mean and (biased) standard deviation, then applies a per-feature
+affine map. The LipschitzNorm paper uses it as a baseline ("-Ln", LipschitzNorm
+Sec. 7.3, Fig. 6); the graph transformer of the massive-activations supplement
+applies it after every sub-layer (supplement Eq. 11, per node).
+
+Node features ``x`` of shape ``(N, C)`` for ONE graph; there is no batch vector
+(PyG's ``batch=None`` path). ``G`` is the group an entry is normalised with::
+
+    mu    = mean over G of x                      (biased statistics:
+    var   = mean over G of (x - mu)^2               divide by |G|, not |G| - 1)
+    xhat  = (x - mu) / D,   D = sqrt(var + eps)   (eps inside the root)
+                       or   D = sqrt(var) + eps   (eps outside the root)
+    out   = xhat * weight + bias                  (weight, bias: (C,), one per feature)
+
+``mode="node"``: ``G`` is the node's own ``C`` features, ``|G| = C``; this is
+``torch.nn.LayerNorm(C)`` / ``torch.nn.functional.layer_norm`` and PyG
+``LayerNorm(mode="node")`` (eps inside the root).
+
+``mode="graph"``: ``G`` is all ``N * C`` entries of the graph, one mean and one
+variance; this is PyG ``LayerNorm(mode="graph")``. PyG is not consistent about
+``eps`` here: without a batch vector it computes ``x / (x.std(unbiased=False) +
+eps)`` (eps outside), with a batch vector ``x / sqrt(var + eps)`` (eps inside).
+``eps_inside_sqrt=None`` (default) follows PyG without a batch vector: inside for
+"node", outside for "graph"; pass ``True`` to match PyG called with a batch
+vector (e.g. a ``DataLoader`` batch holding this one graph).
+
+Edge semantics. ``C = 1`` in "node" mode (or a constant row) centres to zero:
+the output is ``bias`` and ``d_x`` is zero. Zero variance gives ``xhat = 0``
+exactly when the mean is computed exactly, and stays finite because ``eps > 0``;
+with ``eps = 0`` such input raises ``ValueError`` instead of returning NaN. With
+``eps`` outside the root, the block is differentiable even at zero variance
+(Jacobian ``weight / eps`` times the centring projection); the backward takes
+the chain rule through ``sqrt`` at zero as its limit, 0, which gives exactly
+that Jacobian (PyTorch's autograd does the same).
+
+Parameters (``affine=True``, PyG and torch names and initialisation): ``weight``
+``(C,)`` ones and ``bias`` ``(C,)`` zeros; ``{}`` when ``affine=False``.
+
+Forward and backward side by side (sums and means over ``G``: axis 1 for "node",
+everything for "graph"; ``|G|`` = ``C`` or ``N * C``):
+
+    F1  xc = x - mean_G x
+    F2  var = mean_G xc^2                       (N, 1) or (1, 1)
+    F3  D = sqrt(var + eps)  or  sqrt(var) + eps;  xhat = xc / D
+    F4  out = xhat * weight + bias
+
+    B4  d_weight = sum_nodes d_out * xhat;  d_bias = sum_nodes d_out;  d_xhat = d_out * weight
+    B3  d_xc = d_xhat / D;  d_D = -sum_G(d_xhat * xhat) / D
+    B2  d_var = d_D / (2 D) inside, d_D / (2 sqrt(var)) outside (0 where var = 0);
+        d_xc += d_var * 2 xc / |G|
+    B1  d_x = d_xc - mean_G d_xc
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from refimpl.backend import asarray, get_array_module
+from refimpl.validation import check_block_inputs, check_cotangent
+
+__all__ = ["LAYERNORM_MODES", "LayerNorm", "LayerNormCache"]
+
+LAYERNORM_MODES = ("node", "graph")
+
+
+class LayerNormCache(NamedTuple):
+    """What :meth:`LayerNorm.backward` reads (statistics are ``(N, 1)`` per node, ``(1, 1)``
+    per graph)."""
+
+    xhat: Any  # (N, C) standardised input, before the affine map
+    root: Any  # (N, 1) or (1, 1): sqrt(var), eps excluded
+    denominator: Any  # shaped like root: sqrt(var + eps) or sqrt(var) + eps
+
+
+@dataclass(frozen=True)
+class LayerNorm:
+    """Layer normalisation per node or per graph; see the module docstring for the equations.
+
+    ``mode`` has no default on purpose: ``torch.nn.LayerNorm`` normalises each node
+    ("node") while PyG's ``LayerNorm`` defaults to the whole graph ("graph"), and a
+    silent choice would surprise users of one or the other.
+    """
+
+    channels: int  # C, the number of features per node
+    mode: str  # "node" (torch.nn.LayerNorm) or "graph" (PyG's default)
+    affine: bool = True  # learnable per-feature weight and bias; PyG and torch default
+    eps: float = 1e-5  # added to the denominator; PyG and torch default
+    eps_inside_sqrt: bool | None = None  # None: as PyG without a batch vector (see docstring)
+
+    def __post_init__(self) -> None:
+        channels = self.channels
+        if (
+            isinstance(channels, bool)
+            or not isinstance(channels, (int, np.integer))
+            or channels < 1
+        ):
+            raise ValueError(f"LayerNorm channels must be a positive int, got {channels!r}")
+        if self.mode not in LAYERNORM_MODES:
+            raise ValueError(f"LayerNorm mode must be 'node' or 'graph', got {self.mode!r}")
+        eps = self.eps
+        if (
+            isinstance(eps, bool)
+            or not isinstance(eps, (int, float, np.integer, np.floating))
+            or not math.isfinite(eps)
+            or eps < 0
+        ):
+            raise ValueError(f"LayerNorm eps must be a finite number >= 0, got {eps!r}")
+        if not (self.eps_inside_sqrt is None or isinstance(self.eps_inside_sqrt, bool)):
+            raise ValueError(
+                f"eps_inside_sqrt must be None, True or False, got {self.eps_inside_sqrt!r}"
+            )
+
+    @property
+    def inside(self) -> bool:
+        """Whether ``eps`` is added under the square root (resolves ``eps_inside_sqrt=None``)."""
+        if self.eps_inside_sqrt is not None:
+            return self.eps_inside_sqrt
+        return self.mode == "node"
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Names and shapes of the parameters, in order."""
+        return {"weight": (self.channels,), "bias": (self.channels,)} if self.affine else {}
+
+    def init_params(
+        self, rng: np.random.Generator, backend: str | None = None, dtype: Any = np.float64
+    ) -> dict[str, Any]:
+        """``weight`` ones and ``bias`` zeros, as PyG and torch (``rng`` is not used)."""
+        if not self.affine:
+            return {}
+        return {
+            "weight": asarray(np.ones(self.channels), backend=backend, dtype=dtype),
+            "bias": asarray(np.zeros(self.channels), backend=backend, dtype=dtype),
+        }
+
+    def forward(self, params: dict[str, Any], x: Any) -> tuple[Any, LayerNormCache]:
+        """Normalise ``x`` (N, channels); returns ``(out (N, channels), cache)``."""
+        xp = check_block_inputs(params, self.param_shapes(), "LayerNorm", x, self.channels)
+        if x.shape[0] == 0:
+            raise ValueError("x must have at least one row (node); got shape (0, ...)")
+        axis = 1 if self.mode == "node" else None  # the group G: a row, or everything
+        # F1 centre over G: (N, 1) or (1, 1) mean
+        centred = x - x.mean(axis=axis, keepdims=True)  # (N, C)
+        # F2 biased variance over G
+        var = (centred * centred).mean(axis=axis, keepdims=True)
+        # F3 standardise, eps inside or outside the root
+        root = xp.sqrt(var)
+        denominator = xp.sqrt(var + self.eps) if self.inside else root + self.eps
+        if self.eps == 0 and not bool((denominator > 0).all()):
+            where = "some row of x is constant" if axis == 1 else "all entries of x are equal"
+            raise ValueError(
+                f"LayerNorm(mode={self.mode!r}) with eps=0 divides by zero: {where}; use eps > 0"
+            )
+        xhat = centred / denominator  # (N, C)
+        # F4 per-feature affine map, broadcast over nodes
+        out = xhat * params["weight"] + params["bias"] if self.affine else xhat
+        return out, LayerNormCache(xhat, root, denominator)
+
+    def backward(
+        self, params: dict[str, Any], cache: LayerNormCache, d_out: Any
+    ) -> tuple[Any, dict[str, Any]]:
+        """Gradients of a scalar loss: ``(d_x (N, C), {"weight": (C,), "bias": (C,)})``."""
+        xhat, root, denominator = cache
+        check_cotangent(d_out, xhat.shape, xhat.dtype, xhat, name="d_out")
+        xp = get_array_module(xhat)
+        axis = 1 if self.mode == "node" else None
+        group_size = xhat.shape[1] if self.mode == "node" else xhat.size
+        d_params: dict[str, Any] = {}
+        # B4 (of F4) the affine map; broadcasting over nodes is adjoint to summing over them
+        if self.affine:
+            d_params["weight"] = (d_out * xhat).sum(axis=0)  # (C,)
+            d_params["bias"] = d_out.sum(axis=0)  # (C,)
+            d_xhat = d_out * params["weight"]  # (N, C)
+        else:
+            d_xhat = d_out
+        # B3 (of F3) xhat = centred / D: both receive gradient; d_D sums over G
+        d_centred = d_xhat / denominator  # (N, C)
+        d_denominator = -(d_xhat * xhat).sum(axis=axis, keepdims=True) / denominator
+        # dD/dvar = 1 / (2 sqrt(var + eps)) inside; 1 / (2 sqrt(var)) outside, taken as 0
+        # where var = 0 (there xhat = 0, so d_D = 0 too: the composite's true limit)
+        if self.inside:
+            d_var = d_denominator / (2 * denominator)
+        else:
+            d_var = xp.where(root > 0, d_denominator / (2 * xp.where(root > 0, root, 1)), 0)
+        # B2 (of F2) var = mean over G of centred^2, and centred = xhat * D
+        d_centred = d_centred + d_var * (2 / group_size) * (xhat * denominator)
+        # B1 (of F1) the centring is the symmetric projection I - 11^T/|G|: its own adjoint
+        d_x = d_centred - d_centred.mean(axis=axis, keepdims=True)
+        return d_x, {name: d_params[name] for name in params}

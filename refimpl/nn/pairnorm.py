@@ -1,0 +1,214 @@
+"""``PairNorm`` (Zhao & Akoglu 2020) with its hand-written backward, for ONE graph.
+
+PairNorm keeps the total pairwise squared distance between node representations
+constant from layer to layer, so that stacked graph convolutions cannot collapse
+every node onto one point (oversmoothing). The LipschitzNorm paper uses it as a
+baseline ("-Pn", LipschitzNorm Sec. 7, Tables 1 and 3, Fig. 5-6).
+
+Node features ``x`` of shape ``(N, C)`` for one graph, so every mean below runs
+over all ``N`` rows; there is no batch vector (PyG's ``batch=None`` path). For a
+mini-batch of graphs, apply the block to each graph's rows separately.
+
+Modes, with ``s = scale`` and the column mean ``m = (1/N) sum_i x_i`` (a row
+vector of length ``C``); each is PairNorm's "Center" step followed by a "Scale"
+step, as written in the paper (its equation numbers are not checked here: the
+paper is not in ``papers/``):
+
+``"PN"`` (PyG ``PairNorm(scale_individually=False)``)::
+
+    xc_i  = x_i - m
+    out_i = s * xc_i / sqrt(eps + (1/N) sum_j ||xc_j||^2)
+
+``"PN-SI"``, scale individually (PyG ``PairNorm(scale_individually=True)``)::
+
+    xc_i  = x_i - m
+    out_i = s * xc_i / (||xc_i|| + eps)
+
+``"PN-SCS"``, scale and centre simultaneously (not in the paper nor in PyG; from
+the authors' code, github.com/LingxiaoShawn/PairNorm, whose comment says it
+"works well in practice, especially for GCN and GAT")::
+
+    out_i = s * x_i / sqrt(eps + ||x_i||^2) - m
+
+Where ``eps`` sits: each mode follows its reference, which is not consistent
+across them. PyG puts ``eps`` inside the root for "PN" (``sqrt(eps + q)``) but
+outside for "PN-SI" (``||xc_i|| + eps``); the authors' code puts ``1e-6`` inside
+the root in all three modes. ``eps_inside_sqrt=None`` (default) reproduces PyG
+for "PN"/"PN-SI" and the authors' code for "PN-SCS"; ``True`` gives the authors'
+placement everywhere (pass ``eps=1e-6`` to reproduce their code exactly).
+
+Edge semantics. ``N = 1`` centres to zero, so "PN"/"PN-SI" output zeros and
+have zero gradient. A zero denominator statistic (all rows equal for "PN", a row
+equal to the mean row for "PN-SI", a zero row for "PN-SCS") gives exactly zero
+output for the affected rows when the mean is computed exactly, and is finite
+because ``eps > 0``. With ``eps = 0`` such input raises ``ValueError`` instead of
+returning NaN. With ``eps`` outside the root, the block is differentiable even
+where ``||xc_i|| = 0`` (``xc / (||xc|| + eps)`` has Jacobian ``I / eps`` there);
+the backward takes the chain rule through ``sqrt`` at zero as its limit, 0, which
+gives exactly that Jacobian (PyTorch's autograd does the same).
+
+Properties (tested): "PN" output has zero column means and mean squared row
+norm ``s^2 q / D^2`` (``s^2`` up to the eps effect); each "PN-SI" row has norm
+``s ||xc_i|| / D_i``; rows of ``out + m`` in "PN-SCS" likewise.
+
+Forward and backward side by side (``q`` the statistic, ``D`` the denominator,
+``count`` = ``N`` for "PN" and 1 otherwise):
+
+    F1  m = mean_i x_i (1, C);  base = x - m    ("PN-SCS": base = x)
+    F2  q = (1/count) sum ||base_i||^2          (1, 1) for "PN", (N, 1) otherwise
+    F3  D = sqrt(q + eps)  or  sqrt(q) + eps
+    F4  out = s * base / D                      ("PN-SCS": minus m)
+
+    B4  d_base = s d_out / D;  d_D = -s sum(d_out * base) / D^2 over D's broadcast axes
+    B3  d_q = d_D / (2 D) inside;  d_D / (2 sqrt(q)) outside, 0 where q = 0
+    B2  d_base += d_q * 2 base / count
+    B1  d_x = d_base - mean_i d_base_i          ("PN-SCS": d_x = d_base - sum_i d_out_i / N)
+
+The block has no parameters: ``params`` is ``{}``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from refimpl.backend import get_array_module
+from refimpl.validation import check_cotangent, check_input, check_params
+
+__all__ = ["PAIRNORM_MODES", "PairNorm", "PairNormCache"]
+
+PAIRNORM_MODES = ("PN", "PN-SI", "PN-SCS")
+
+
+class PairNormCache(NamedTuple):
+    """What :meth:`PairNorm.backward` reads."""
+
+    base: Any  # (N, C) what the scaling acts on: x - m ("PN", "PN-SI") or x ("PN-SCS")
+    root: Any  # (1, 1) for "PN", else (N, 1): sqrt of the statistic q, eps excluded
+    denominator: Any  # shaped like root: sqrt(q + eps) or sqrt(q) + eps
+
+
+@dataclass(frozen=True)
+class PairNorm:
+    """PairNorm over the nodes of one graph; see the module docstring for the equations.
+
+    ``forward(params, x)`` maps ``x`` of shape ``(N, C)``, any ``C``, to ``(N, C)``;
+    ``params`` must be ``{}``. The output has ``x``'s dtype and backend.
+    """
+
+    mode: str = "PN"  # "PN", "PN-SI" or "PN-SCS"; PyG default "PN"
+    scale: float = 1.0  # s, the target root-mean-square row norm; PyG default
+    eps: float = 1e-5  # added to the denominator; PyG default (authors' code: 1e-6)
+    eps_inside_sqrt: bool | None = None  # None: PyG's placement (see module docstring)
+
+    def __post_init__(self) -> None:
+        if self.mode not in PAIRNORM_MODES:
+            raise ValueError(
+                f"PairNorm mode must be one of {', '.join(map(repr, PAIRNORM_MODES))}, "
+                f"got {self.mode!r}"
+            )
+        _check_number(self.scale, "scale", allow_zero=False)
+        _check_number(self.eps, "eps", allow_zero=True)
+        if not (self.eps_inside_sqrt is None or isinstance(self.eps_inside_sqrt, bool)):
+            raise ValueError(
+                f"eps_inside_sqrt must be None, True or False, got {self.eps_inside_sqrt!r}"
+            )
+
+    @property
+    def inside(self) -> bool:
+        """Whether ``eps`` is added under the square root (resolves ``eps_inside_sqrt=None``)."""
+        if self.eps_inside_sqrt is not None:
+            return self.eps_inside_sqrt
+        return self.mode != "PN-SI"  # PyG: "PN" inside, "PN-SI" outside; authors: "PN-SCS" inside
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """No parameters."""
+        return {}
+
+    def init_params(
+        self, rng: np.random.Generator, backend: str | None = None, dtype: Any = np.float64
+    ) -> dict[str, Any]:
+        """``{}``: PairNorm has no parameters (arguments accepted for the protocol)."""
+        return {}
+
+    def forward(self, params: dict[str, Any], x: Any) -> tuple[Any, PairNormCache]:
+        """Normalise ``x`` (N, C) over the graph's nodes; returns ``(out (N, C), cache)``."""
+        check_params(params, {}, "PairNorm")
+        check_input(x, "x", shape=(None, None))
+        if x.shape[0] == 0:
+            raise ValueError("x must have at least one row (node); got shape (0, ...)")
+        xp = get_array_module(x)
+        # F1 column mean m (1, C), and the array the scaling acts on (N, C)
+        mean = x.mean(axis=0, keepdims=True)
+        base = x if self.mode == "PN-SCS" else x - mean
+        # F2 the statistic q: mean squared row norm (1, 1) or each squared row norm (N, 1)
+        squares = (base * base).sum(axis=1, keepdims=True)  # (N, 1)
+        q = squares.mean(axis=0, keepdims=True) if self.mode == "PN" else squares
+        # F3 the denominator, eps inside or outside the root
+        root = xp.sqrt(q)
+        denominator = xp.sqrt(q + self.eps) if self.inside else root + self.eps
+        if self.eps == 0 and not bool((denominator > 0).all()):
+            raise ValueError(
+                f"PairNorm({self.mode!r}) with eps=0 divides by zero: "
+                + _ZERO_STATISTIC[self.mode]
+                + "; use eps > 0"
+            )
+        # F4 scale (N, C); "PN-SCS" centres after scaling
+        out = self.scale * base / denominator
+        if self.mode == "PN-SCS":
+            out = out - mean
+        return out, PairNormCache(base, root, denominator)
+
+    def backward(
+        self, params: dict[str, Any], cache: PairNormCache, d_out: Any
+    ) -> tuple[Any, dict[str, Any]]:
+        """Gradients of a scalar loss: ``(d_x (N, C), {})``."""
+        base, root, denominator = cache
+        check_cotangent(d_out, base.shape, base.dtype, base, name="d_out")
+        xp = get_array_module(base)
+        num_nodes = base.shape[0]
+        # B4 (of F4) out = s * base / D: base and D both receive gradient
+        d_base = self.scale * d_out / denominator  # (N, C)
+        # reduce over the axes D was broadcast along: all for "PN", the channels otherwise
+        axis = None if self.mode == "PN" else 1
+        d_denominator = -self.scale * (d_out * base).sum(axis=axis, keepdims=True)
+        d_denominator = d_denominator / (denominator * denominator)
+        # B3 (of F3) dD/dq = 1 / (2 sqrt(q + eps)) inside; 1 / (2 sqrt(q)) outside, taken
+        # as 0 where q = 0 (there base = 0, so d_D = 0 too: the composite's true limit)
+        if self.inside:
+            d_q = d_denominator / (2 * denominator)
+        else:
+            d_q = xp.where(root > 0, d_denominator / (2 * xp.where(root > 0, root, 1)), 0)
+        # B2 (of F2) q = (1/count) sum ||base_i||^2 over the rows it covers
+        count = num_nodes if self.mode == "PN" else 1
+        d_base = d_base + d_q * (2 / count) * base  # (N, C)
+        # B1 (of F1) the centring x - m is the symmetric projection I - 11^T/N: its adjoint
+        # is itself. "PN-SCS": base = x, and F4's "- m" sends d_m = -sum_i d_out_i through
+        # the mean, whose adjoint broadcasts d_m / N to every node
+        if self.mode == "PN-SCS":
+            d_x = d_base - d_out.sum(axis=0, keepdims=True) / num_nodes
+        else:
+            d_x = d_base - d_base.mean(axis=0, keepdims=True)
+        return d_x, {}
+
+
+_ZERO_STATISTIC = {
+    "PN": "all rows of x are equal (zero spread over the nodes)",
+    "PN-SI": "some row of x equals the column mean (zero norm after centring)",
+    "PN-SCS": "some row of x is zero",
+}
+
+
+def _check_number(value: Any, name: str, allow_zero: bool) -> None:
+    bound = ">= 0" if allow_zero else "> 0"
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, np.integer, np.floating))
+        or not math.isfinite(value)
+        or value < 0
+        or (value == 0 and not allow_zero)
+    ):
+        raise ValueError(f"PairNorm {name} must be a finite number {bound}, got {value!r}")
