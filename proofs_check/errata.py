@@ -16,11 +16,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from proofs_check import conservation, softmax
+from proofs_check import conservation, lipschitz, softmax
 from refimpl.diagnostics import conservation_residuals
 from refimpl.graph import Graph
 from refimpl.init import orthogonal
 from refimpl.models import GAT
+from refimpl.nn.attention import MultiHeadAttention
 
 __all__ = ["ERRATA", "Erratum", "Evidence"]
 
@@ -170,5 +171,140 @@ ERRATA: list[Erratum] = [
         "from the hidden layers [[U, -U], [-U, U]], and balancing rescales W^L's columns",
         counterexample="n_L = 7, n_(L-1) = 64 (Cora, width 64), U^L a random 7 x 32 orthonormal",
         evaluate=_last_layer_columns_not_two,
+    ),
+]
+
+
+def _lipschitz_norms_swapped() -> Evidence:
+    # f = identity from X = (R^2, ||.||_2) to Y = (R^2, ||.||_inf). Eq. 1 and the operator
+    # norm of Sec. 3.1 give L_{X,Y}(f) = max_x ||x||_inf / ||x||_2 = 1 (at x = e_1).
+    rng = np.random.default_rng(32)
+    points = np.vstack([np.eye(2), rng.standard_normal((1000, 2))])  # (1002, 2)
+    in_x = np.sqrt((points**2).sum(axis=1))  # ||x||_X, (1002,)
+    in_y = np.abs(points).max(axis=1)  # ||x||_Y, (1002,)
+    constant = float(np.max(in_y / in_x))  # ||Df||_{X,Y}, 1 exactly (at e_1)
+    z = np.array([1.0, 1.0])  # f(x) - f(y) = x - y = z
+    printed = float(np.sqrt((z**2).sum())) <= constant * float(np.abs(z).max())  # in X <= L in Y
+    correct = np.all(in_y <= constant * in_x * (1 + 1e-15))  # in Y <= L in X
+    return Evidence(
+        printed_holds=bool(printed),
+        correct_holds=bool(correct) and abs(constant - 1.0) <= 1e-15,
+        detail=f"f = id, ||.||_X = ||.||_2, ||.||_Y = ||.||_inf: L_X,Y(f) = {constant:g}; at "
+        f"x - y = (1, 1) the printed ||f(x)-f(y)||_X = {np.sqrt(2):.4f} > L ||x-y||_Y = 1, the "
+        "swapped ||f(x)-f(y)||_Y = 1 <= L ||x-y||_X holds (and on 1000 random points)",
+    )
+
+
+def _lemma1_proof_convex_hull_factor() -> Evidence:
+    # A = [1, -1] (d = 1, n = 2): c = p_1 A_1 + p_2 A_2 lies in the hull [-1, 1], but
+    # ||A_1 - c||^2 reaches (1 + |c|)^2, up to 4 max_k ||A_k||^2, not 2.
+    a = np.array([[1.0, -1.0]])  # (d, n) = (1, 2)
+    p = np.array([0.05, 0.95])  # a softmax row
+    c = a @ p  # (1,)
+    far = float(((a[:, 0] - c) ** 2).sum())  # ||A_1 - c||^2 = 3.61
+    bound = 2.0 * float((a**2).sum(axis=0).max())  # the printed 2 max_k ||A_k||^2 = 2
+    variance = float((p * ((a - c[:, None]) ** 2).sum(axis=0)).sum())  # sum_k p_k ||A_k - c||^2
+    # Eq. 28 with the constant 1: attained at p = (1/2, 1/2), B = (1, -1), never exceeded.
+    rng = np.random.default_rng(28)
+    attained = lipschitz.eq28_ratio(a, np.zeros((1, 2)), np.array([[1.0, -1.0]]))
+    ratios = [
+        lipschitz.eq28_ratio(
+            rng.standard_normal((3, 4)),
+            3 * rng.standard_normal((2, 4)),
+            rng.standard_normal((2, 4)),
+        )
+        for _ in range(200)
+    ]
+    tolerance = 64 * np.finfo(np.float64).eps
+    return Evidence(
+        printed_holds=far <= bound,
+        correct_holds=variance <= 1.0
+        and max(ratios) <= 1 + tolerance
+        and abs(attained - 1) <= tolerance,
+        detail=f"A = [1, -1], S_j = (0.05, 0.95): ||A_1 - c_j||^2 = {far:.2f} > 2 max ||A_k||^2 "
+        f"= {bound:g}; the variance sum_k S_jk ||A_k - c_j||^2 = {variance:.2f} <= max ||A_k||^2 "
+        "= 1; "
+        f"Eq. 28's ratio with constant 1: {attained:.15f} at S = (1/2, 1/2), B = (1, -1), "
+        f"at most {max(ratios):.3f} on 200 random (A, M, B)",
+    )
+
+
+def _head_projections_map_d_i_to_d() -> Evidence:
+    # Eq. 5 applies Att to W_k X with X the (d_I, n) input: W_k must be (d, d_I).
+    d_in, d, n = 5, 3, 4
+    x = np.ones((d_in, n))
+    printed = np.ones((d_in, d))  # W_k in R^{d_I x d}, as printed
+    correct = np.ones((d, d_in))
+    block = MultiHeadAttention(d_in, d, 2, 1, kind="linear", num_outputs=2)
+    projection_shape = block.param_shapes()["W_in"][1:]  # (rows, d_I) per head
+    return Evidence(
+        printed_holds=printed.shape[1] == x.shape[0],  # can W_k X be formed at all?
+        correct_holds=(correct @ x).shape == (d, n) and projection_shape == (d, d_in),
+        detail=f"d_I = {d_in}, d = {d}: a ({d_in}, {d}) W_k cannot multiply X ({d_in}, {n}); a "
+        f"({d}, {d_in}) W_k gives W_k X of shape {(correct @ x).shape} = (d, n), the input of a "
+        f"d-dimensional head (MultiHeadAttention's W_in[k] is {projection_shape})",
+    )
+
+
+def _input_vectors_are_columns() -> Evidence:
+    # X in R^{d x n} holding n vectors of R^d: they are its columns, and Sec. 5's
+    # "||X^T||_(inf,2) is the maximum of the norm of input vectors" reads them so.
+    x = np.array([[3.0, 0.0, 1.0], [4.0, 0.0, 1.0]])  # (d, n) = (2, 3)
+    d, n = 2, 3
+    longest = lipschitz.inf2_norm(x.T)  # ||X^T||_(inf,2)
+    column_max = float(np.sqrt((x**2).sum(axis=0)).max())  # longest column
+    row_max = float(np.sqrt((x**2).sum(axis=1)).max())  # longest row
+    return Evidence(
+        printed_holds=x.shape[0] == n and x.shape[1] == d,  # n rows, each in R^d?
+        correct_holds=x.shape == (d, n) and longest == column_max,
+        detail=f"X of shape (d, n) = {x.shape} has {x.shape[0]} rows in R^{x.shape[1]}, not "
+        f"{n} rows in R^{d}; ||X^T||_(inf,2) = {longest:g} is the longest column ({column_max:g}), "
+        f"not the longest row ({row_max:.4f})",
+    )
+
+
+ERRATA += [
+    Erratum(
+        id="lipschitznorm.sec3_2.lipschitz_norms_swapped",
+        paper="LipschitzNorm",
+        location="Sec. 3.2, the definition of Lipschitz continuity",
+        printed="||f(x) - f(y)||_X <= L ||x - y||_Y for f: X -> Y",
+        correct="||f(x) - f(y)||_Y <= L ||x - y||_X (outputs in Y's norm; as Eq. 1 and the "
+        "operator norm of Sec. 3.1 define L_X,Y)",
+        counterexample="f = identity, X = (R^2, ||.||_2), Y = (R^2, ||.||_inf), x - y = (1, 1)",
+        evaluate=_lipschitz_norms_swapped,
+    ),
+    Erratum(
+        id="lipschitznorm.lemma1.proof.convex_hull_factor",
+        paper="LipschitzNorm",
+        location="App. Sec. 9.2, proof of Lemma 1 (= Lemma 4), the step after Jensen's inequality",
+        printed="||A_k^T - (A softmax(B)^T)_j^T||_2^2 <= 2 max_k ||A_k^T||_2^2 (a point of the "
+        "convex hull is within sqrt2 max_k ||A_k|| of every A_k)",
+        correct="only sum_k S_jk ||A_k - c_j||^2 <= max_k ||A_k||^2 (a variance); it gives Eq. 28, "
+        "hence Lemma 1 and Thm 2, with the constant 1 in place of sqrt2: Eq. 9 and 14 hold as "
+        "printed, and also with sqrt8 -> 2 (checked by lipschitz.eq28)",
+        counterexample="A = [1, -1] (d = 1, n = 2), softmax row S_j = (0.05, 0.95)",
+        evaluate=_lemma1_proof_convex_hull_factor,
+    ),
+    Erratum(
+        id="lipschitznorm.sec3_3.head_projection_shape",
+        paper="LipschitzNorm",
+        location="Sec. 3.3, Multi-Head Attention, before Eq. 5",
+        printed="W_1, ..., W_h in R^{d_I x d}",
+        correct="W_1, ..., W_h in R^{d x d_I} (Att(W_k X) needs W_k X in R^{d x n} for X in "
+        "R^{d_I x n})",
+        counterexample="d_I = 5, d = 3, n = 4",
+        evaluate=_head_projections_map_d_i_to_d,
+    ),
+    Erratum(
+        id="lipschitznorm.sec3_3.input_vectors_are_columns",
+        paper="LipschitzNorm",
+        location="Sec. 3.3, General Case, the sentence defining X",
+        printed="X in R^{d x n} is an input matrix whose rows are the input vectors "
+        "x_1, ..., x_n in R^d",
+        correct="... whose columns are the input vectors (as ||X^T||_(inf,2), 'the maximum of the "
+        "norm of input vectors' in Sec. 5, and Eq. 4's X softmax(g(X))^T read them)",
+        counterexample="X = [[3, 0, 1], [4, 0, 1]], d = 2, n = 3",
+        evaluate=_input_vectors_are_columns,
     ),
 ]

@@ -1,0 +1,475 @@
+"""proofs_check.lipschitz: the LipschitzNorm bounds hold, each check can fail, the pieces are right.
+
+Every test that breaks something asserts the check notices: a check that cannot
+fail proves nothing. The Hypothesis tests evaluate the bounds directly (exact
+SVD norms, float64) on drawn sizes, scales and tied inputs.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import example, given, target
+from hypothesis import strategies as st
+
+from proofs_check import errata, lipschitz, runner
+from proofs_check.lipschitz import Case, Form
+from proofs_check.registry import DEFAULT_CASES, REGISTRY, Context
+from refimpl.jacobian import jacobian_central_differences, jacobian_from_jvp
+from refimpl.nn.attention import Attention, MultiHeadAttention, TransformerAttention
+from refimpl.nn.score_norms import linear_norm_jvp, lipschitz_norm_jvp, transformer_norm_jvp
+from refimpl.testing import max_relative_error
+from refimpl.testing.tolerances import FORWARD_RTOL, GRADCHECK_RTOL
+from tests.strategies import seeds
+
+CHECK_IDS = [i for i in REGISTRY if i.startswith("lipschitz.")]
+FAST = 4
+RTOL64 = FORWARD_RTOL[np.dtype(np.float64)]
+ALL_FORMS = (*lipschitz._SCORE_FORMS, Form("linear", "lipschitz", 0.0))
+
+
+def allowance(size: int) -> float:
+    return 1 + lipschitz.rounding_allowance(size)
+
+
+def fixed_and_random(form: Form, seed: int = 0, random: int = 6) -> list[Case]:
+    return list(lipschitz.attention_cases(np.random.default_rng(seed), form, random))
+
+
+# -- the checks pass, on every backend and budget ------------------------------------------------
+def test_all_checks_are_registered() -> None:
+    thm3 = [f"lipschitz.thm3.alpha_{a:g}" for a in lipschitz.ALPHAS]
+    expected = ["lemma3", "eq28", "lemma1", "thm2", "cor1", "cor2", "thm1", "eq21"]
+    assert set(CHECK_IDS) == {f"lipschitz.{i}" for i in expected} | {
+        *thm3,
+        "lipschitz.unnormalised_growth",
+    }
+
+
+@pytest.mark.parametrize("check_id", CHECK_IDS)
+def test_each_check_passes_at_default_settings(check_id: str) -> None:
+    record = REGISTRY[check_id](seed=0, cases=DEFAULT_CASES)
+    assert record.passed and record.margin >= 0, record
+    assert record.n_cases >= DEFAULT_CASES // 4
+
+
+def test_checks_pass_with_no_random_case_and_on_the_strict_backend() -> None:
+    for check_id in CHECK_IDS:
+        without = REGISTRY[check_id](cases=0)  # the fixed adversarial cases still run
+        assert without.passed and without.n_cases >= 2, without
+        strict = REGISTRY[check_id](seed=1, cases=FAST, backend="strict")
+        assert strict.passed, strict
+
+
+def test_cli_runs_only_these_checks_and_exits_zero() -> None:
+    out = io.StringIO()
+    assert runner.main(["--only", "lipschitz.*", "--cases", str(FAST)], out=out) == 0
+    last = out.getvalue().strip().splitlines()[-1]
+    assert last == f"{len(CHECK_IDS)} checks, {len(CHECK_IDS)} passed, 0 failed"
+
+
+# -- each check can fail -------------------------------------------------------------------------
+def _forgets_normalisation(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The blocks ignore their normalization: Eq. 4 / Eq. 7 scores whatever is asked.
+    monkeypatch.setattr(
+        lipschitz, "Attention", lambda d, m, normalization=None, alpha=1.0: Attention(d, m)
+    )
+    monkeypatch.setattr(
+        lipschitz, "TransformerAttention", lambda d, normalization=None: TransformerAttention(d)
+    )
+    monkeypatch.setattr(
+        lipschitz, "MultiHeadAttention", lambda *a: MultiHeadAttention(*a[:5], None, *a[6:])
+    )
+
+
+@pytest.mark.parametrize(
+    "check_id",
+    [
+        "lipschitz.lemma1",
+        "lipschitz.thm2",
+        *(f"lipschitz.thm3.alpha_{a:g}" for a in lipschitz.ALPHAS),
+        "lipschitz.cor1",
+        "lipschitz.cor2",
+        "lipschitz.eq21",
+    ],
+)
+def test_a_block_without_normalisation_fails_the_bounds(monkeypatch, check_id: str) -> None:
+    # The tied-score inputs scaled by 1e3 make an unnormalised D Att_X ~1e3 (Eq. 7: ~1e6).
+    _forgets_normalisation(monkeypatch)
+    record = REGISTRY[check_id](cases=FAST)
+    assert not record.passed and record.margin < 0, record
+
+
+def test_a_normalised_block_fails_the_growth_check(monkeypatch) -> None:
+    # Normalised scores are invariant under X -> tX: the ratio is 1, not >= 100.
+    monkeypatch.setattr(
+        lipschitz,
+        "Attention",
+        lambda d, m, normalization=None, alpha=1.0: Attention(d, m, "linear"),
+    )
+    monkeypatch.setattr(
+        lipschitz,
+        "TransformerAttention",
+        lambda d, normalization=None: TransformerAttention(d, "lipschitz"),
+    )
+    record = REGISTRY["lipschitz.unnormalised_growth"](cases=FAST)
+    assert not record.passed and abs(record.measured - 1.0) <= 1e-10
+
+
+class _Overstated(MultiHeadAttention):
+    """A multi-head block whose output (and so its derivative) is 1 % too large."""
+
+    def forward(self, params, x):
+        out, cache = super().forward(params, x)
+        return 1.01 * out, cache
+
+    def backward(self, params, cache, d_out):
+        d_x, d_params = super().backward(params, cache, 1.01 * d_out)
+        return d_x, d_params
+
+    def jvp(self, params, cache, d_x):
+        return 1.01 * super().jvp(params, cache, d_x)
+
+
+def test_an_overstated_multihead_block_fails_thm1(monkeypatch) -> None:
+    # One head, d_O = 1, n = 1 attains the pointwise bound: 1 % more is outside it.
+    monkeypatch.setattr(lipschitz, "MultiHeadAttention", _Overstated)
+    record = REGISTRY["lipschitz.thm1"](cases=FAST)
+    assert not record.passed and record.margin < 0
+
+
+@pytest.mark.parametrize(
+    ("check_id", "name", "broken"),
+    [
+        ("lipschitz.cor1", "cor1_bound", lambda m, n: np.sqrt(m / n)),  # Lemma 2's lower bound
+        ("lipschitz.cor2", "cor2_bound", lambda m, n: np.sqrt(m / n)),
+        ("lipschitz.thm3.alpha_1", "thm3_bound", lambda a, m, n: np.sqrt(m / n)),
+        ("lipschitz.eq21", "EQ21_CONSTANT", 0.5),  # below a single head's norm
+        ("lipschitz.eq28", "EQ28_CONSTANT", 1.0 - 1e-9),  # the constant 1 is attained
+        ("lipschitz.thm2", "thm2_alpha", lambda split: 0.0),  # drops Thm 2's second term
+        ("lipschitz.lemma1", "lemma1_bound", lambda split: 0.0),
+        ("lipschitz.unnormalised_growth", "GROWTH_AT_LEAST", 1e4),  # more than linear growth
+    ],
+)
+def test_a_too_small_bound_fails(monkeypatch, check_id: str, name: str, broken) -> None:
+    monkeypatch.setattr(lipschitz, name, broken)
+    record = REGISTRY[check_id](cases=FAST)
+    assert not record.passed and record.margin < 0, record
+
+
+def test_lemma1_without_its_second_term_fails(monkeypatch) -> None:
+    # ||D Att_X|| <= ||softmax||_F alone is false: the score derivative term is needed.
+    real = lipschitz.lemma1_bound
+    monkeypatch.setattr(lipschitz, "lemma1_bound", lambda split: real(split, constant=0.0))
+    assert not REGISTRY["lipschitz.lemma1"](cases=FAST).passed
+
+
+def test_lemma3_fails_for_a_softmax_that_forgets_to_normalise(monkeypatch) -> None:
+    def unnormalised(scores: np.ndarray) -> np.ndarray:
+        return np.exp(scores - scores.max(axis=1, keepdims=True))  # rows sum to anything
+
+    monkeypatch.setattr(lipschitz, "row_softmax", unnormalised)
+    assert not REGISTRY["lipschitz.lemma3"](cases=FAST).passed
+
+
+# -- the pieces ----------------------------------------------------------------------------------
+def test_norms_match_their_definitions() -> None:
+    m = np.array([[3.0, -4.0, 0.0], [1.0, 2.0, -2.0]])
+    assert lipschitz.inf2_norm(m) == 5.0  # rows: 5, 3
+    assert lipschitz.two_inf_norm(m) == np.sqrt(4.0**2 + 2.0**2)  # row max |.|: 4, 2
+    assert lipschitz.inf2_norm(np.zeros((0, 3))) == 0.0 and lipschitz.two_inf_norm(m[:0]) == 0.0
+
+
+def _two_inf_operator_norm_naive(jacobian: np.ndarray, m: int, n: int) -> float:
+    # A loop over the n^m selections, each J_s's spectral norm by LAPACK.
+    best = 0.0
+    for selection in itertools.product(range(n), repeat=m):
+        rows = [i * n + j for i, j in enumerate(selection)]
+        best = max(best, float(np.linalg.norm(jacobian[rows], 2)))
+    return best
+
+
+@given(m=st.integers(1, 3), n=st.integers(1, 4), p=st.integers(1, 6), seed=seeds())
+def test_two_inf_operator_norm_is_exact(m: int, n: int, p: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    jacobian = rng.standard_normal((m * n, p))
+    value = lipschitz.two_inf_operator_norm(jacobian, m, n)
+    assert abs(value - _two_inf_operator_norm_naive(jacobian, m, n)) <= 1e-12 * value
+    # No direction exceeds it; the top singular vector of the best selection attains it.
+    for h in rng.standard_normal((50, p)):
+        out = (jacobian @ h).reshape(m, n)
+        assert lipschitz.two_inf_norm(out) <= value * np.linalg.norm(h) * (1 + 1e-12)
+
+
+@given(d=st.integers(1, 4), m=st.integers(1, 4), n=st.integers(1, 5), seed=seeds())
+def test_linear_scores_have_two_inf_operator_norm_equal_to_the_spectral_norm(d, m, n, seed):
+    # Proof of Cor 1: L_F,(2,inf)(Q^T X) = ||Q||_*.
+    rng = np.random.default_rng(seed)
+    q, x = rng.standard_normal((d, m)), rng.standard_normal((d, n))
+    split = lipschitz.score_split(Form("linear", None), x, q)
+    value = lipschitz.two_inf_operator_norm(split.raw_jacobian, m, n)
+    assert abs(value - np.linalg.norm(q, 2)) <= 1e-12 * value
+
+
+def _block_score_jacobian(case: Case) -> np.ndarray:
+    """D g_X from the block's own score jvp (refimpl.nn.score_norms), column by column."""
+    d, m, _ = case.dims
+    block = case.form.block(d, m)
+    params = {} if case.q is None else {"Q": case.q}
+    _, cache = block.forward(params, case.x)
+    if case.form.kind == "transformer":
+
+        def jvp(h: np.ndarray) -> np.ndarray:
+            hq, hk, hv = h[:d], h[d : 2 * d], h[2 * d :]
+            q, k = case.x[:d], case.x[d : 2 * d]
+            d_raw = hq.T @ k + q.T @ hk
+            if case.form.normalization is None:
+                return d_raw / np.sqrt(d)
+            return transformer_norm_jvp(cache.norm, d_raw, hq, hk, hv)
+    else:
+
+        def jvp(h: np.ndarray) -> np.ndarray:
+            d_raw = case.q.T @ h
+            if case.form.normalization is None:
+                return d_raw
+            if case.form.normalization == "linear":
+                return linear_norm_jvp(cache.norm, d_raw, h)
+            return lipschitz_norm_jvp(cache.norm, d_raw, h)
+
+    return jacobian_from_jvp(jvp, case.x.shape, xp=np)
+
+
+@pytest.mark.parametrize("form", ALL_FORMS, ids=lambda f: f.label)
+def test_score_split_matches_the_blocks_scores_and_score_derivatives(form: Form) -> None:
+    # Including the exact ties (same first-maximiser convention as score_norms).
+    for case in fixed_and_random(form):
+        if case.form.kind == "linear" and not np.any(case.q.T @ case.x) and form.normalization:
+            continue
+        split = lipschitz.score_split(form, case.x, case.q)
+        d, m, _ = case.dims
+        params = {} if case.q is None else {"Q": case.q}
+        _, cache = form.block(d, m).forward(params, case.x)
+        assert max_relative_error(split.scores, cache.scores) <= RTOL64, case.label
+        expected = _block_score_jacobian(case)
+        scale = max(float(np.abs(expected).max()), 1e-300)
+        assert float(np.abs(split.jacobian - expected).max()) <= RTOL64 * scale, case.label
+
+
+@pytest.mark.parametrize("form", ALL_FORMS, ids=lambda f: f.label)
+def test_score_jacobian_matches_central_differences_away_from_ties(form: Form) -> None:
+    for case in fixed_and_random(form, seed=1):
+        if case.label != "random":  # the fixed cases sit on ties on purpose
+            continue
+        split = lipschitz.score_split(form, case.x, case.q)
+        numeric = jacobian_central_differences(
+            lambda z, case=case: lipschitz.score_split(form, z, case.q).scores, case.x
+        )
+        assert max_relative_error(split.jacobian, numeric) <= GRADCHECK_RTOL
+
+
+def test_score_split_refuses_a_zero_denominator() -> None:
+    with pytest.raises(ValueError, match="c\\(X\\) = 0"):
+        lipschitz.score_split(Form("linear", "linear"), np.zeros((2, 3)), np.ones((2, 1)))
+
+
+def test_uniform_attention_attains_thm3_at_alpha_zero() -> None:
+    # alpha = 0: D Att_X(H) = H S^T with S = ones(m, n) / n, norm sqrt(m/n) = the bound.
+    rng = np.random.default_rng(0)
+    for m, n in [(1, 1), (2, 5), (4, 2)]:
+        block = Attention(3, m, "lipschitz", alpha=0.0)
+        norm, size = lipschitz.jacobian_norm(
+            block, block.init_params(rng), rng.standard_normal((3, n))
+        )
+        bound = lipschitz.thm3_bound(0.0, m, n)
+        assert abs(norm - bound) <= (allowance(size) - 1) * bound
+
+
+# -- the proofs' intermediate steps, as properties -------------------------------------------
+@given(form=st.sampled_from(ALL_FORMS), seed=seeds())
+def test_thm2_assumptions_hold_with_the_alpha_the_proofs_give(form: Form, seed: int) -> None:
+    # Thm 3's proof: a* <= alpha (Eq. 15); Cor 1's: <= 1 (Eq. 17); Cor 2's: <= sqrt3 (Eq. 19).
+    if form.normalization is None:
+        return
+    expected = {"linear": 1.0, "lipschitz": form.alpha}[form.normalization]
+    if form.kind == "transformer":
+        expected = np.sqrt(3.0)
+    worst = 0.0
+    for case in fixed_and_random(form, seed, random=2):
+        if case.form.kind == "linear" and not np.any(case.q.T @ case.x):
+            continue
+        alpha = lipschitz.thm2_alpha(lipschitz.score_split(form, case.x, case.q))
+        assert alpha <= expected * (1 + 1e-12) + 1e-15, case.label
+        worst = max(worst, alpha / expected if expected else alpha)
+    target(worst, label="a* / the proof's a")
+
+
+@given(form=st.sampled_from(ALL_FORMS), seed=seeds())
+def test_lemma1_holds_with_the_constant_one(form: Form, seed: int) -> None:
+    # The erratum lipschitznorm.lemma1.proof.convex_hull_factor: sqrt2 can be 1.
+    ctx = Context(np.random.default_rng(seed), 0, np)
+    worst = 0.0
+    for case in fixed_and_random(form, seed, random=3):
+        if case.form.kind == "linear" and not np.any(case.q.T @ case.x) and form.normalization:
+            continue
+        measured, size = lipschitz._measure(ctx, case)
+        bound = lipschitz.lemma1_bound(lipschitz.score_split(form, case.x, case.q), constant=1.0)
+        assert measured <= bound * allowance(size), case.label
+        worst = max(worst, measured / bound)
+    target(worst, label="measured / sharpened Lemma 1")
+
+
+def test_eq28_constant_one_is_attained_and_the_printed_proof_step_is_false() -> None:
+    v = np.array([[1.0], [2.0], [-0.5]])
+    a = np.hstack([v, -v])  # (3, 2)
+    ratio = lipschitz.eq28_ratio(a, np.zeros((1, 2)), np.array([[1.0, -1.0]]))
+    assert abs(ratio - 1.0) <= 1e-15
+    # App. 9.2 claims ||A_k - c_j||^2 <= 2 max_k ||A_k||^2 for c_j in the hull; with
+    # S_j = (0.05, 0.95) it is 1.9^2 ||v||^2 = 3.61 ||v||^2.
+    c = a @ np.array([0.05, 0.95])
+    assert np.sum((a[:, 0] - c) ** 2) == pytest.approx(3.61 * np.sum(v**2))
+    assert np.sum((a[:, 0] - c) ** 2) > 2 * np.max(np.sum(a**2, axis=0))
+
+
+def test_new_errata_are_listed_and_demonstrated() -> None:
+    ids = {e.id: e for e in errata.ERRATA}
+    for name in (
+        "lipschitznorm.sec3_2.lipschitz_norms_swapped",
+        "lipschitznorm.lemma1.proof.convex_hull_factor",
+        "lipschitznorm.sec3_3.head_projection_shape",
+        "lipschitznorm.sec3_3.input_vectors_are_columns",
+    ):
+        assert ids[name].evaluate().demonstrated, name
+
+
+# -- growth, scale invariance, saturation --------------------------------------------------------
+@pytest.mark.parametrize(("kind", "power"), [("linear", 1), ("transformer", 2)])
+def test_tied_scores_grow_like_a_power_of_the_scale(kind: str, power: int) -> None:
+    # Eq. 8's second term is t X Dsoftmax(D g(H)) with D g ~ t^(power - 1), softmax uniform.
+    case = lipschitz.tied_case(np.random.default_rng(2), kind)
+    (_, at_1e3), (_, at_1e4) = lipschitz.growth_curve(case, (1e3, 1e4))
+    assert abs(at_1e4 / at_1e3 - 10.0**power) <= 1e-3 * 10.0**power
+
+
+@pytest.mark.parametrize(
+    "form", [f for f in ALL_FORMS if f.normalization is not None], ids=lambda f: f.label
+)
+def test_normalised_forms_are_invariant_under_scaling(form: Form) -> None:
+    for case in fixed_and_random(form, random=2)[-2:]:
+        curve = lipschitz.growth_curve(case, (1e-3, 1.0, 1e3))
+        norms = np.array([norm for _, norm in curve])
+        assert np.all(np.abs(norms - norms[1]) <= 1e-10 * norms[1])
+
+
+def test_generic_inputs_saturate_without_normalisation() -> None:
+    # Away from ties each softmax row tends to one-hot at its argmax: D Att_{tX}(H) -> H S^T,
+    # of norm ||S||_2 = sqrt(the largest number of rows sharing an argmax).
+    rng = np.random.default_rng(3)
+    q, x = rng.standard_normal((3, 4)), rng.standard_normal((3, 5))
+    case = Case(Form("linear", None), x, q, "generic")
+    ((_, norm),) = lipschitz.growth_curve(case, (1e4,))
+    counts = np.bincount(np.argmax(q.T @ x, axis=1), minlength=5)
+    assert abs(norm - np.sqrt(counts.max())) <= 1e-10
+
+
+# -- tightness -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "form", [f for f in ALL_FORMS if f.normalization is not None], ids=lambda f: f.label
+)
+def test_a_short_search_stays_inside_the_bound(form: Form) -> None:
+    rng = np.random.default_rng(4)
+    dims = (2, 3, 3)
+    start = lipschitz._start(np.random.default_rng(4), form, *dims)
+    result = lipschitz.tightness(form, dims, rng, restarts=1, steps=8)
+    assert 0 < result.ratio <= 1.0 and result.bound == lipschitz.form_bound(form, 3, 3)
+    # The ascent never returns less than where it started (same first draw).
+    x, q = lipschitz._normalise(form, *start)
+    initial, _, _ = lipschitz._norm_and_gradient(form, x, q)
+    assert result.best >= initial
+    # And the value it reports is the exact norm at the point it returns.
+    params = {} if result.q is None else {"Q": result.q}
+    exact, _ = lipschitz.jacobian_norm(form.block(2, 3), params, result.x)
+    assert exact == pytest.approx(result.best, rel=1e-14)
+
+
+def test_tightness_refuses_what_has_no_bound() -> None:
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="not Lipschitz"):
+        lipschitz.tightness(Form("linear", None), (2, 2, 2), rng, restarts=1, steps=1)
+    with pytest.raises(ValueError, match="m = n"):
+        lipschitz.tightness(Form("transformer", "lipschitz"), (2, 2, 3), rng, 1, 1)
+
+
+# -- Hypothesis: every bound on drawn inputs, scaled up and tied ---------------------------------
+def _inputs(seed: int, d: int, n: int, log_scale: float, tie: str) -> np.ndarray:
+    x = 10.0**log_scale * np.random.default_rng(seed).standard_normal((d, n))
+    if n >= 2 and tie != "none":
+        x[:, 1] = x[::-1, 0]  # the same squares in another order: a tie to the last bit
+        if tie == "near":
+            x[:, 1] *= 1 + 1e-12
+    return x
+
+
+sizes = st.integers(1, 4)
+ties = st.sampled_from(["none", "exact", "near"])
+log_scales = st.sampled_from([0.0, 2.0, 3.0])
+
+
+@given(
+    d=sizes,
+    m=sizes,
+    n=st.integers(1, 5),
+    seed=seeds(),
+    log_scale=log_scales,
+    tie=ties,
+    form=st.sampled_from(
+        [Form("linear", "linear")] + [Form("linear", "lipschitz", a) for a in lipschitz.ALPHAS]
+    ),
+)
+@example(d=3, m=2, n=5, seed=0, log_scale=3.0, tie="exact", form=Form("linear", "lipschitz", 0.0))
+def test_cor1_and_thm3_hold_on_drawn_inputs(d, m, n, seed, log_scale, tie, form) -> None:
+    x = _inputs(seed, d, n, log_scale, tie)
+    q = np.random.default_rng(seed + 1).standard_normal((d, m))
+    measured, size = lipschitz.jacobian_norm(form.block(d, m), {"Q": q}, x)
+    bound = lipschitz.form_bound(form, m, n)
+    target(measured / bound, label="measured / bound")
+    assert measured <= bound * allowance(size)
+
+
+@given(d=st.integers(1, 3), n=st.integers(1, 5), seed=seeds(), log_scale=log_scales, tie=ties)
+def test_cor2_holds_on_drawn_inputs(d, n, seed, log_scale, tie) -> None:
+    x = _inputs(seed, 3 * d, n, log_scale, "none")
+    if tie != "none" and n >= 2:
+        keys = x[d : 2 * d]
+        keys[:, 1] = keys[::-1, 0] * (1 + (1e-12 if tie == "near" else 0.0))
+    measured, size = lipschitz.jacobian_norm(TransformerAttention(d, "lipschitz"), {}, x)
+    bound = lipschitz.cor2_bound(n, n)
+    target(measured / bound, label="measured / bound")
+    assert measured <= bound * allowance(size)
+
+
+@given(
+    d_in=st.integers(1, 4),
+    d=st.integers(1, 3),
+    d_out=st.integers(1, 3),
+    heads=st.integers(1, 3),
+    n=st.integers(1, 4),
+    seed=seeds(),
+    log_scale=log_scales,
+    head=st.sampled_from(
+        [("transformer", "lipschitz"), ("linear", "linear"), ("linear", "lipschitz")]
+    ),
+)
+def test_eq21_holds_on_drawn_inputs(d_in, d, d_out, heads, n, seed, log_scale, head) -> None:
+    kind, normalization = head
+    m = None if kind == "transformer" else n
+    block = MultiHeadAttention(d_in, d, d_out, heads, kind, normalization, m)
+    rng = np.random.default_rng(seed)
+    params = {k: v * 10.0 ** rng.uniform(-1, 1) for k, v in block.init_params(rng).items()}
+    x = 10.0**log_scale * rng.standard_normal((d_in, n))
+    measured, size = lipschitz.jacobian_norm(block, params, x)
+    bound = lipschitz.eq21_bound(params["W_out"], params["W_in"])
+    target(measured / bound, label="measured / bound")
+    assert measured <= bound * allowance(size)
