@@ -7,6 +7,7 @@ CuPy), never inside the math. All blocks and layers share them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
@@ -142,3 +143,24 @@ def check_params(params: Any, shapes: Mapping[str, tuple], owner: str) -> None:
     )
     for name, shape in shapes.items():
         check_input(params[name], f"params[{name!r}]", shape=shape)
+
+
+def check_nonnegative_number(value: Any, name: str, allow_zero: bool = True) -> None:
+    """A finite real ``>= 0`` (``> 0`` without ``allow_zero``), for configuration fields."""
+    import numpy as np
+
+    bound = ">= 0" if allow_zero else "> 0"
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, np.integer, np.floating))
+        or not math.isfinite(value)
+        or value < 0
+        or (value == 0 and not allow_zero)
+    ):
+        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
+
+
+def check_optional_bool(value: Any, name: str) -> None:
+    """``None``, ``True`` or ``False`` (a tri-state configuration field)."""
+    if not (value is None or isinstance(value, bool)):
+        raise ValueError(f"{name} must be None, True or False, got {value!r}")

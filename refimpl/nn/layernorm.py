@@ -56,14 +56,18 @@ everything for "graph"; ``|G|`` = ``C`` or ``N * C``):
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from refimpl.backend import asarray, get_array_module
-from refimpl.validation import check_block_inputs, check_cotangent
+from refimpl.validation import (
+    check_block_inputs,
+    check_cotangent,
+    check_nonnegative_number,
+    check_optional_bool,
+)
 
 __all__ = ["LAYERNORM_MODES", "LayerNorm", "LayerNormCache"]
 
@@ -104,18 +108,8 @@ class LayerNorm:
             raise ValueError(f"LayerNorm channels must be a positive int, got {channels!r}")
         if self.mode not in LAYERNORM_MODES:
             raise ValueError(f"LayerNorm mode must be 'node' or 'graph', got {self.mode!r}")
-        eps = self.eps
-        if (
-            isinstance(eps, bool)
-            or not isinstance(eps, (int, float, np.integer, np.floating))
-            or not math.isfinite(eps)
-            or eps < 0
-        ):
-            raise ValueError(f"LayerNorm eps must be a finite number >= 0, got {eps!r}")
-        if not (self.eps_inside_sqrt is None or isinstance(self.eps_inside_sqrt, bool)):
-            raise ValueError(
-                f"eps_inside_sqrt must be None, True or False, got {self.eps_inside_sqrt!r}"
-            )
+        check_nonnegative_number(self.eps, "LayerNorm eps")
+        check_optional_bool(self.eps_inside_sqrt, "eps_inside_sqrt")
 
     @property
     def inside(self) -> bool:

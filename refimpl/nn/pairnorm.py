@@ -69,14 +69,19 @@ The block has no parameters: ``params`` is ``{}``.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from refimpl.backend import get_array_module
-from refimpl.validation import check_cotangent, check_input, check_params
+from refimpl.validation import (
+    check_cotangent,
+    check_input,
+    check_nonnegative_number,
+    check_optional_bool,
+    check_params,
+)
 
 __all__ = ["PAIRNORM_MODES", "PairNorm", "PairNormCache"]
 
@@ -110,12 +115,9 @@ class PairNorm:
                 f"PairNorm mode must be one of {', '.join(map(repr, PAIRNORM_MODES))}, "
                 f"got {self.mode!r}"
             )
-        _check_number(self.scale, "scale", allow_zero=False)
-        _check_number(self.eps, "eps", allow_zero=True)
-        if not (self.eps_inside_sqrt is None or isinstance(self.eps_inside_sqrt, bool)):
-            raise ValueError(
-                f"eps_inside_sqrt must be None, True or False, got {self.eps_inside_sqrt!r}"
-            )
+        check_nonnegative_number(self.scale, "PairNorm scale", allow_zero=False)
+        check_nonnegative_number(self.eps, "PairNorm eps")
+        check_optional_bool(self.eps_inside_sqrt, "eps_inside_sqrt")
 
     @property
     def inside(self) -> bool:
@@ -200,15 +202,3 @@ _ZERO_STATISTIC = {
     "PN-SI": "some row of x equals the column mean (zero norm after centring)",
     "PN-SCS": "some row of x is zero",
 }
-
-
-def _check_number(value: Any, name: str, allow_zero: bool) -> None:
-    bound = ">= 0" if allow_zero else "> 0"
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float, np.integer, np.floating))
-        or not math.isfinite(value)
-        or value < 0
-        or (value == 0 and not allow_zero)
-    ):
-        raise ValueError(f"PairNorm {name} must be a finite number {bound}, got {value!r}")
