@@ -12,6 +12,7 @@ from refimpl.data import dataset_names, karate_club, load_dataset, register_load
 from tests.data import data_root
 
 BUILTIN = {
+    "trees",
     "cora",
     "citeseer",
     "pubmed",
