@@ -357,3 +357,26 @@ def negative_control_lipschitznorm(ctx: Context) -> WorstCase:
     worst = WorstCase("lower")
     worst.add(largest, BROKEN_AT_LEAST, cases=cases)
     return worst
+
+
+@check(
+    id="gat_balance.negative_control.pairnorm",
+    paper="GAT-balance",
+    statement="negative control: PairNorm between layers rescales each hidden layer by a "
+    "statistic of all its neurons, which scaling one neuron's incoming weights changes, so "
+    "the law breaks; largest relative residual over the cases >= 1e-3",
+)
+def negative_control_pairnorm(ctx: Context) -> WorstCase:
+    """The largest residual over the cases, as for LipschitzNorm: a one-node graph's
+    PairNorm output is 0 whatever the weights (residual 0), so each case has >= 2 nodes."""
+    largest, cases = 0.0, max(ctx.cases, 1)
+    for _ in range(cases):  # at least one case: none proves nothing
+        num_nodes = 0
+        while num_nodes < 2:
+            model, params, x, graph, y, mask = random_case(ctx, pairnorm="PN")
+            num_nodes = graph.num_nodes
+        residual = relative_residual(params, gradients(model, params, x, graph, y, mask))
+        largest = max(largest, float(residual.max()))
+    worst = WorstCase("lower")
+    worst.add(largest, BROKEN_AT_LEAST, cases=cases)
+    return worst

@@ -1,4 +1,4 @@
-"""Reproduce GAT-balance's Cora experiments: Xav vs Bal_X vs Bal_O over depth, SGD and Adam.
+"""Reproduce GAT-balance's experiments: Xav vs Bal_X vs Bal_O over depth, SGD and Adam.
 
 Protocol (GAT-balance Sec. 3): GATv2, shared weights, no bias, ReLU, width 64,
 one head; Cora's public split with row-normalised features; full-batch
@@ -9,13 +9,20 @@ the test accuracy at the best validation accuracy; 5 seeds; mean +- 95% CI
     SGD   0.1 (L = 2, 5), 0.05 (L = 10, 20), 0.005 (L = 40)
     Adam  0.005 (L = 2, 5), 0.0005 (L >= 10)
 
+Table 6's head-to-head: the init ``Xav+Lip`` is Xavier with LipschitzNorm
+(``GAT(lipschitz_norm="paper")``) in the same protocol, so the two columns differ
+only in init and norm (the paper ran its Lip. Norm column with the LipschitzNorm
+authors' code and protocol instead). ``--datasets cora citeseer``: Cora's runs are
+named as before, other datasets' carry the dataset as a prefix.
+
 Runs are independent processes, one per core (``--workers``, default all
 cores), each with one BLAS thread. Every run checkpoints to its own directory
 under ``--out`` every 250 epochs; rerunning the same command skips finished
 runs and resumes interrupted ones (same result as an uninterrupted run).
 
     python scripts/reproduce_balance.py --data ../shared/datasets [--depths 10]
-        [--inits Xav Bal_O] [--optimizers sgd] [--seeds 5] [--out runs/balance]
+        [--inits Xav Bal_O Xav+Lip] [--optimizers sgd] [--seeds 5] [--out runs/balance]
+        [--datasets cora citeseer]
 
 Prints our table beside the paper's numbers (Table 3 and 4 "None" rows, Table 6
 Bal_O, Fig. 3/4 single runs) and the wall time. Needs the Planetoid files.
@@ -33,6 +40,7 @@ from pathlib import Path
 from refimpl.train.experiment import mean_ci95
 from refimpl.train.parallel import run_jobs
 
+DEPTHS = (2, 5, 10, 20, 40)
 LR = {"sgd": {2: 0.1, 5: 0.1, 10: 0.05, 20: 0.05, 40: 0.005}, "adam": {2: 0.005, 5: 0.005}}
 ADAM_DEEP_LR = 0.0005  # L >= 10
 
@@ -56,6 +64,18 @@ PAPER = {
     ("sgd", 20, "Bal_O"): "77.3 (T6, one value)",
     ("sgd", 40, "Bal_O"): "75.9 (T6, one value)",
 }
+# GAT-balance Table 6 (one value per cell, optimizer not stated), keyed (dataset, L, init).
+TABLE6_COLUMNS = {
+    ("cora", "Xav+Lip"): (82.1, 77.1, 78.0, 72.2, 12.9),
+    ("cora", "Bal_O"): (79.5, 80.2, 79.6, 77.3, 75.9),
+    ("citeseer", "Xav+Lip"): (65.4, 63.0, 43.6, 18.2, 18.1),
+    ("citeseer", "Bal_O"): (67.7, 67.7, 67.4, 66.3, 63.2),
+}
+TABLE6 = {
+    (dataset, depth, init): value
+    for (dataset, init), column in TABLE6_COLUMNS.items()
+    for depth, value in zip(DEPTHS, column, strict=True)
+}
 SINGLE_RUNS = "Fig. 3/4 (SGD, lr 0.1): L=5 Xav 75.5, Bal_O 79.9; L=10 Xav 39.3, Bal_O 80.2"
 
 
@@ -73,7 +93,10 @@ def run_one(job: dict) -> dict:
     from refimpl.models import GAT
     from refimpl.train import TrainConfig, train_model
 
-    data = load_planetoid(job["data"], "cora", normalize_features=True)
+    data = load_planetoid(job["data"], job["dataset"], normalize_features=True)
+    init, lipschitz_norm = job["init"], None
+    if init.endswith("+Lip"):  # Table 6's Lip. Norm column
+        init, lipschitz_norm = init.removesuffix("+Lip"), "paper"
     data = data.astype(np.dtype(job["dtype"]))
     model = GAT(
         data.x.shape[1],
@@ -85,13 +108,14 @@ def run_one(job: dict) -> dict:
         share_weights=True,
         bias=False,
         activation="relu",
+        lipschitz_norm=lipschitz_norm,
     )
     config = TrainConfig(
         epochs=job["epochs"],
         optimizer=job["optimizer"],
         lr=job["lr"],
         seed=job["seed"],
-        init=job["init"],
+        init=init,
         loss_threshold=1e-4,
         checkpoint_every=250,
     )
@@ -106,7 +130,7 @@ def run_one(job: dict) -> dict:
 
 def _describe(result: dict) -> str:
     return (
-        f"  {result['optimizer']} L={result['depth']} {result['init']} "
+        f"  {result['dataset']} {result['optimizer']} L={result['depth']} {result['init']} "
         f"seed {result['seed']}: test {100 * result['test_acc']:.1f}% at epoch "
         f"{result['best_epoch'] + 1}, {result['epochs_run']} epochs, "
         f"{result['seconds']:.0f} s"
@@ -116,30 +140,45 @@ def _describe(result: dict) -> str:
 def table(results: list[dict]) -> str:
     groups: dict[tuple, list[dict]] = {}
     for r in results:
-        groups.setdefault((r["optimizer"], r["depth"], r["init"]), []).append(r)
+        groups.setdefault((r["dataset"], r["optimizer"], r["depth"], r["init"]), []).append(r)
     lines = [
-        "| optimizer | L | init | ours: test acc % (mean +- 95% CI) | runs | epochs to best "
-        "| epochs run | paper |",
-        "| --- | ---: | --- | --- | ---: | ---: | ---: | --- |",
+        "| dataset | optimizer | L | init | ours: test acc % (mean +- 95% CI) | runs "
+        "| epochs to best | epochs run | paper |",
+        "| --- | --- | ---: | --- | --- | ---: | ---: | ---: | --- |",
     ]
-    for key in sorted(groups, key=lambda k: (k[0] != "sgd", k[1], k[2])):
+    for key in sorted(groups, key=lambda k: (k[0], k[1] != "sgd", k[2], k[3])):
         runs = groups[key]
         mean, half = mean_ci95([100 * r["test_acc"] for r in runs])
         interval = "(one run)" if half is None else f"+- {half:.2f}"
         best = statistics.fmean(r["best_epoch"] + 1 for r in runs)
         ran = statistics.fmean(r["epochs_run"] for r in runs)
+        dataset, optimizer, depth, init = key
+        paper = PAPER.get((optimizer, depth, init), "-") if dataset == "cora" else "-"
+        if (dataset, depth, init) in TABLE6 and paper == "-":
+            paper = f"{TABLE6[dataset, depth, init]} (T6, one value)"
         lines.append(
-            f"| {key[0]} | {key[1]} | {key[2]} | {mean:.2f} {interval} | {len(runs)} | "
-            f"{best:.0f} | {ran:.0f} | {PAPER.get(key, '-')} |"
+            f"| {dataset} | {optimizer} | {depth} | {init} | {mean:.2f} {interval} | "
+            f"{len(runs)} | {best:.0f} | {ran:.0f} | {paper} |"
         )
     return "\n".join(lines)
+
+
+def prefix(dataset: str) -> str:
+    """Run-directory prefix: none for Cora (the names runs had before CiteSeer)."""
+    return "" if dataset == "cora" else f"{dataset}_"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", default=os.environ.get("REFIMPL_DATA"), help="datasets folder")
     parser.add_argument("--depths", type=int, nargs="+", default=[2, 5, 10, 20, 40])
-    parser.add_argument("--inits", nargs="+", default=["Xav", "Bal_X", "Bal_O"])
+    parser.add_argument(
+        "--inits",
+        nargs="+",
+        default=["Xav", "Bal_X", "Bal_O"],
+        help="init schemes (refimpl.init); NAME+Lip adds LipschitzNorm, e.g. Xav+Lip",
+    )
+    parser.add_argument("--datasets", nargs="+", default=["cora"], choices=["cora", "citeseer"])
     parser.add_argument("--optimizers", nargs="+", default=["sgd", "adam"])
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=5000)
@@ -149,12 +188,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.data:
         parser.error("needs the Planetoid files: --data DIR or REFIMPL_DATA")
+    from refimpl.init import INITIALISERS
+
+    for init in args.inits:
+        if init.removesuffix("+Lip") not in INITIALISERS:
+            parser.error(f"unknown init {init!r}; schemes: {', '.join(INITIALISERS)}, each +Lip")
     for depth in args.depths:
         if depth not in LR["sgd"]:
             parser.error(f"depth {depth}: the paper gives learning rates for {sorted(LR['sgd'])}")
     jobs = [
         {
             "data": args.data,
+            "dataset": dataset,
             "optimizer": opt,
             "depth": depth,
             "init": init,
@@ -162,8 +207,9 @@ def main(argv: list[str] | None = None) -> int:
             "lr": learning_rate(opt, depth),
             "epochs": args.epochs,
             "dtype": args.dtype,
-            "run_dir": str(args.out / f"{opt}_L{depth}_{init}_seed{seed}"),
+            "run_dir": str(args.out / f"{prefix(dataset)}{opt}_L{depth}_{init}_seed{seed}"),
         }
+        for dataset in args.datasets
         for opt in args.optimizers
         for depth in args.depths
         for init in args.inits

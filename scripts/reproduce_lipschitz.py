@@ -1,6 +1,6 @@
-"""Reproduce LipschitzNorm's deep-GAT experiments: gradients (Fig. 2), depth (Table 3), TREES.
+"""Reproduce LipschitzNorm's deep-GAT experiments: Fig. 2, Tables 1 and 3, TREES.
 
-Three experiments, each a grid of independent runs (one process per core,
+Four experiments, each a grid of independent runs (one process per core,
 resumable: rerunning the same command skips finished runs):
 
 ``gradients``  Fig. 2: a 20-layer GAT on Cora for 100 epochs, with and without
@@ -10,6 +10,10 @@ resumable: rerunning the same command skips finished runs):
 ``depth``      Table 3: GAT, GAT-res, GAT-Lip, GAT-Lip-res at 15 and 30 layers on
                Cora and CiteSeer (PubMed's feature file is not in the shared data);
                test accuracy at the best validation accuracy, mean +- 95% CI.
+``missing``    Table 1, 100% columns: every non-training node's features zeroed
+               (``refimpl.data.drop_features(p=1)``); GAT, GAT-Pn (PairNorm "PN",
+               PyG's default, before each hidden activation) and GAT-Lip at 2, 4, 8
+               and 12 layers for 1000 epochs (Sec. 10.2); per variant the best depth.
 ``trees``      Sec. 7.2 / Fig. 5: TREES (``refimpl.data.tree_neighbors_match``) of
                depth d with d + 1 layers of width 32, GAT vs GAT-Lip; the training
                accuracy on the roots after the last epoch (90% of the roots train,
@@ -24,6 +28,7 @@ skip connections of ``GAT(residual=True)``.
 
     python scripts/reproduce_lipschitz.py gradients --data ../shared/datasets
     python scripts/reproduce_lipschitz.py depth --data ../shared/datasets --seeds 5
+    python scripts/reproduce_lipschitz.py missing --data ../shared/datasets --seeds 5
     python scripts/reproduce_lipschitz.py trees --depths 2 3 4 5 6 --trees 500
 """
 
@@ -50,13 +55,22 @@ PAPER_TABLE3 = {
     ("cora", 15, "GAT-Lip-res"): "80.2 +- 1.1",
     ("cora", 30, "GAT-Lip-res"): "69.4 +- 2.8",
 }
-VARIANTS = ("GAT", "GAT-res", "GAT-Lip", "GAT-Lip-res")
+# Table 1, 100% columns (mean +- std over 5 runs, best depth in parentheses).
+PAPER_TABLE1 = {
+    ("cora", "GAT"): "65.3 +- 2.1 (4)",
+    ("cora", "GAT-Pn"): "73.8 +- 1.2 (12)",
+    ("cora", "GAT-Lip"): "75.3 +- 0.9 (11)",
+    ("citeseer", "GAT"): "42.8 +- 1.6 (4)",
+    ("citeseer", "GAT-Pn"): "51.7 +- 1.1 (10)",
+    ("citeseer", "GAT-Lip"): "50.9 +- 1.9 (9)",
+}
+VARIANTS = ("GAT", "GAT-res", "GAT-Lip", "GAT-Lip-res", "GAT-Pn")
 
 
 def build(job: dict):  # -> (model, dataset, TrainConfig)
     import numpy as np
 
-    from refimpl.data import load_planetoid, tree_neighbors_match
+    from refimpl.data import drop_features, load_planetoid, tree_neighbors_match
     from refimpl.models import GAT
     from refimpl.train import TrainConfig
 
@@ -68,6 +82,8 @@ def build(job: dict):  # -> (model, dataset, TrainConfig)
         width = 32
     else:
         data = load_planetoid(job["data"], job["dataset"], normalize_features=True)
+        if job.get("missing"):  # Table 1's 100% setting: every unlabelled node's x is 0
+            data = drop_features(data, 1.0, np.random.default_rng(job["seed"]))
         width = 64
     model = GAT(
         data.num_features,
@@ -78,6 +94,7 @@ def build(job: dict):  # -> (model, dataset, TrainConfig)
         activation="elu",
         residual="res" in job["variant"],
         lipschitz_norm="paper" if "Lip" in job["variant"] else None,
+        pairnorm="PN" if "Pn" in job["variant"] else None,
     )
     config = TrainConfig(
         epochs=job["epochs"],
@@ -146,6 +163,34 @@ def depth_table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def missing_table(results: list[dict]) -> str:
+    """Per dataset and variant: test accuracy per depth, the best depth, the paper's."""
+    depths = sorted({r["layers"] for r in results})
+    lines = [
+        "| dataset | variant | "
+        + " | ".join(f"L={d}" for d in depths)
+        + " | best (L) | paper: best (L) |",
+        "| --- | --- |" + " ---: |" * len(depths) + " --- | --- |",
+    ]
+    for dataset, variant in sorted({(r["dataset"], r["variant"]) for r in results}):
+        cells, means = [], {}
+        for depth in depths:
+            runs = [
+                r["test_acc"]
+                for r in results
+                if (r["dataset"], r["variant"], r["layers"]) == (dataset, variant, depth)
+                and "diverged" not in r
+            ]
+            cells.append(_cell(runs) if runs else "-")
+            if runs:
+                means[depth] = sum(runs) / len(runs)
+        best = max(means, key=means.get) if means else None
+        best_cell = f"{100 * means[best]:.1f} ({best})" if best else "-"
+        paper = PAPER_TABLE1.get((dataset, variant), "-")
+        lines.append(f"| {dataset} | {variant} | {' | '.join(cells)} | {best_cell} | {paper} |")
+    return "\n".join(lines)
+
+
 def trees_table(results: list[dict]) -> str:
     lines = ["| tree depth | layers | variant | final train acc % (mean +- 95% CI) | runs |"]
     lines.append("| ---: | ---: | --- | --- | ---: |")
@@ -199,7 +244,7 @@ def gradient_report(results: list[dict], out: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("experiment", choices=["gradients", "depth", "trees"])
+    parser.add_argument("experiment", choices=["gradients", "depth", "missing", "trees"])
     parser.add_argument("--data", default=os.environ.get("REFIMPL_DATA"), help="datasets folder")
     parser.add_argument("--datasets", nargs="+", default=["cora", "citeseer"])
     parser.add_argument("--layers", type=int, nargs="+", default=None)
@@ -220,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         grid = [("cora", layers, v, 0) for layers in args.layers or [20] for v in variants]
         epochs = args.epochs or 100
     elif args.experiment == "depth":
-        variants = args.variants or list(VARIANTS)
+        variants = args.variants or ["GAT", "GAT-res", "GAT-Lip", "GAT-Lip-res"]
         seeds = range(args.seeds or 5)
         grid = [
             (d, layers, v, s)
@@ -230,6 +275,17 @@ def main(argv: list[str] | None = None) -> int:
             for s in seeds
         ]
         epochs = args.epochs or 200
+    elif args.experiment == "missing":
+        variants = args.variants or ["GAT", "GAT-Pn", "GAT-Lip"]
+        seeds = range(args.seeds or 5)
+        grid = [
+            (d, layers, v, s)
+            for d in args.datasets
+            for layers in args.layers or [2, 4, 8, 12]
+            for v in variants
+            for s in seeds
+        ]
+        epochs = args.epochs or 1000
     else:
         variants = args.variants or ["GAT", "GAT-Lip"]
         seeds = range(args.seeds or 3)
@@ -243,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
         job["epochs"] = epochs
         if dataset == "trees":
             job.update(tree_depth=layers - 1, trees=args.trees)
+        if args.experiment == "missing":
+            job["missing"] = True
         name = f"{dataset}_L{layers}_{variant}_seed{seed}"
         job["run_dir"] = str(args.out / args.experiment / name)
         jobs.append(job)
@@ -253,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
         print(gradient_report(results, args.out / "gradients"))
     elif args.experiment == "depth":
         print(depth_table(results))
+    elif args.experiment == "missing":
+        print(missing_table(results))
     else:
         print(trees_table(results))
     cpu = sum(r["seconds"] for r in results)

@@ -91,7 +91,7 @@ def test_law_holds_for_every_hidden_neuron(
     assert residual_per_neuron.max() <= RESIDUAL_TOL
 
 
-BREAKERS = [{"activation": "elu"}, {"lipschitz_norm": "paper"}]  # the negative controls
+BREAKERS = [{"activation": "elu"}, {"lipschitz_norm": "paper"}, {"pairnorm": "PN"}]
 
 
 @settings(deadline=None, max_examples=20)

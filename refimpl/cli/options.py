@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from refimpl.init import INITIALISERS
+from refimpl.nn.pairnorm import PAIRNORM_MODES
 from refimpl.train import TrainConfig
 
 __all__ = [
@@ -80,6 +81,12 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="LipschitzNorm on every layer's attention scores (reference-code: GATv1 only)",
     )
+    group.add_argument(
+        "--pairnorm",
+        choices=list(PAIRNORM_MODES),
+        default=None,
+        help="PairNorm on every hidden layer's output, before the activation (GAT-Pn)",
+    )
 
 
 def add_training_options(parser: argparse.ArgumentParser) -> None:
@@ -143,6 +150,7 @@ def build_model(args: argparse.Namespace, dataset: Any, num_layers: int) -> Any:
         attn_dropout=args.attn_dropout,
         residual=args.residual,
         lipschitz_norm=args.lipschitz_norm,
+        pairnorm=args.pairnorm,
     )
 
 

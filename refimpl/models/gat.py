@@ -7,7 +7,8 @@ and ``n_L = out_channels``. Per layer (forward steps as numbered in the code):
     F1  d    = Dropout(h^{l-1})                        input dropout (GAT paper: every layer)
     F2  z    = GATConv(d)                              GAT-balance Eq. 1-2 without phi
     F3  z    = z + d W_res^T                           residual=True only
-    F4  h^l  = phi(z)                                  hidden layers only; the last gives logits
+    F4  z    = PairNorm(z)                             pairnorm set, hidden layers only
+    F5  h^l  = phi(z)                                  hidden layers only; the last gives logits
 
 Hidden layers concatenate their ``H_l`` heads (``n_l = H_l * hidden_channels``;
 with ``concat=False`` they average them, ``n_l = hidden_channels``, the second
@@ -27,6 +28,13 @@ layer 1 input mask, layer 1 attention mask, ...; each as ``rng.random(shape) >= 
 With ``noise``, the masks come from ``{"layer{l}.input_mask": ..., "layer{l}.attn_mask":
 ...}`` (bool, True = keep, on ``x``'s backend); ``cache.noise`` returns those used.
 
+PairNorm (``pairnorm="PN" | "PN-SI" | "PN-SCS"``, :class:`refimpl.nn.PairNorm` with
+PyG's defaults, no parameters) sits between the convolution and ``phi`` as in
+Zhao & Akoglu (2020), the GAT-Pn baseline of LipschitzNorm Table 1. It breaks
+GAT-balance's conservation law (the rescaling a layer's norm undoes is not
+matched by the next layer), so balanced initialisation still runs but its
+Thm 2.2 no longer holds.
+
 Parity: the residual acts on the dropped input ``d`` (the tensor the attention
 sees), as PyG's ``GATConv(residual=True)`` and DGL's ``GATConv`` do; its weight
 is zero under every initialisation scheme, so a balanced network stays balanced.
@@ -45,6 +53,7 @@ from refimpl.backend import asarray
 from refimpl.graph import Graph
 from refimpl.init import INITIALISERS
 from refimpl.nn.gat import GATCache, GATConv
+from refimpl.nn.pairnorm import PAIRNORM_MODES, PairNorm, PairNormCache
 from refimpl.ops.activations import get_activation
 from refimpl.ops.dropout import Dropout, DropoutCache
 from refimpl.ops.linear import Linear, LinearCache
@@ -65,7 +74,8 @@ class GATLayerCache(NamedTuple):
     input_dropout: DropoutCache  # F1 (its mask, or None outside training)
     conv: GATCache  # F2
     residual: LinearCache | None  # F3; None without residual
-    activation: Any  # F4 activation cache; None on the last layer
+    norm: PairNormCache | None  # F4; None without pairnorm and on the last layer
+    activation: Any  # F5 activation cache; None on the last layer
 
 
 class GATModelCache(NamedTuple):
@@ -115,6 +125,7 @@ class GAT:
     add_self_loops: bool = True  # PyG default
     concat: bool = True  # hidden layers concatenate heads; False averages them (Thm 6.4)
     lipschitz_norm: str | None = None  # every layer's scores: None | "paper" | "reference-code"
+    pairnorm: str | None = None  # hidden layers' outputs before phi: None | PairNorm mode
     layers: tuple[GATConv, ...] = field(init=False, repr=False, compare=False)  # derived
 
     def __post_init__(self) -> None:
@@ -127,6 +138,11 @@ class GAT:
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:
                 raise ValueError(f"GAT {name} must be a probability in [0, 1), got {value!r}")
         self._phi()  # ValueError listing the valid names, or on a bad slope
+        if self.pairnorm is not None and self.pairnorm not in PAIRNORM_MODES:
+            raise ValueError(
+                f"GAT pairnorm must be None or a PairNorm mode "
+                f"({', '.join(map(repr, PAIRNORM_MODES))}), got {self.pairnorm!r}"
+            )
         heads = self._heads_per_layer()
         if not isinstance(self.heads, int):
             object.__setattr__(self, "heads", heads)
@@ -247,7 +263,7 @@ class GAT:
         noise: dict[str, Any],
         phi: Any,
     ) -> tuple[Any, GATLayerCache]:
-        """Steps F1-F4 of :meth:`forward` for layer ``i``: ``(h_next, cache)``."""
+        """Steps F1-F5 of :meth:`forward` for layer ``i``: ``(h_next, cache)``."""
         # F1 input dropout (N, n_{l-1})
         h_in, dropout_cache = Dropout(self.dropout).forward(
             {}, h, training=training, rng=rng, mask=noise.get(f"layer{i}.input_mask")
@@ -261,11 +277,16 @@ class GAT:
         if self.residual:
             skip, residual_cache = _skip(conv).forward({"W": params[f"layer{i}.res_W"]}, h_in)
             z = z + skip
-        # F4 phi of Eq. 1 on hidden layers; the last layer's z are the logits
-        activation_cache = None
+        norm_cache = activation_cache = None
         if i < self.num_layers - 1:
+            # F4 PairNorm over the nodes (N, n_l)
+            if self.pairnorm is not None:
+                z, norm_cache = PairNorm(self.pairnorm).forward({}, z)
+            # F5 phi of Eq. 1 on hidden layers; the last layer's z are the logits
             z, activation_cache = phi.forward({}, z)
-        return z, GATLayerCache(dropout_cache, conv_cache, residual_cache, activation_cache)
+        return z, GATLayerCache(
+            dropout_cache, conv_cache, residual_cache, norm_cache, activation_cache
+        )
 
     # -- backward ----------------------------------------------------------------------
     def backward(
@@ -288,9 +309,12 @@ class GAT:
         d_h = d_logits
         for i in reversed(range(self.num_layers)):
             conv, layer_cache = self.layers[i], cache.layers[i]
-            # B4 (of F4)
+            # B5 (of F5)
             if layer_cache.activation is not None:
                 d_h, _ = phi.backward({}, layer_cache.activation, d_h)
+            # B4 (of F4)
+            if layer_cache.norm is not None:
+                d_h, _ = PairNorm(self.pairnorm).backward({}, layer_cache.norm, d_h)
             # B3 (of F3) the skip's gradient into the dropped input, accumulated below
             d_skip = None
             if self.residual:

@@ -9,20 +9,42 @@ each: with one process per core, more threads only contend.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 __all__ = ["run_jobs"]
 
 
-def _one_blas_thread() -> None:
-    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[name] = "1"
+BLAS_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@contextlib.contextmanager
+def _one_blas_thread_for_children() -> Iterator[None]:
+    """Set one BLAS thread in the environment that spawned processes start with.
+
+    BLAS reads these variables once, when NumPy is first imported, and a spawned
+    worker imports NumPy before any ``Pool`` initializer runs (while re-importing
+    the parent's main module). An initializer setting them is too late: each
+    worker then ran one BLAS thread per core, and two workers on two cores ran
+    4.5x slower than with one thread each. This process's own BLAS, loaded
+    already, is unaffected; the variables are restored on exit.
+    """
+    saved = {name: os.environ.get(name) for name in BLAS_THREAD_VARIABLES}
+    os.environ.update(dict.fromkeys(BLAS_THREAD_VARIABLES, "1"))
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def run_jobs(
@@ -50,7 +72,7 @@ def run_jobs(
     # workers: none is left training on after its parent is gone.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     context = multiprocessing.get_context("spawn")
-    with context.Pool(workers, initializer=_one_blas_thread) as pool:
+    with _one_blas_thread_for_children(), context.Pool(workers) as pool:
         for result in pool.imap_unordered(run_one, todo):
             Path(result["run_dir"], "result.json").write_text(json.dumps(result, indent=2))
             results.append(result)

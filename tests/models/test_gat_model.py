@@ -13,6 +13,7 @@ from refimpl import Graph
 from refimpl.backend import asarray, to_numpy
 from refimpl.models import GAT
 from refimpl.nn import GATConv
+from refimpl.nn.pairnorm import PAIRNORM_MODES, PairNorm
 from refimpl.ops.activations import ACTIVATIONS, get_activation
 from refimpl.testing import check_gradients, max_relative_error, relative_errors
 from refimpl.testing.tolerances import FORWARD_RTOL, GRADCHECK_RTOL
@@ -51,6 +52,7 @@ def model_setups(draw: st.DrawFn, dropout: bool | None = None) -> tuple:
         residual=draw(st.booleans()),
         negative_slope=draw(st.sampled_from([0.2, 0.5])),
         add_self_loops=draw(st.booleans()),
+        pairnorm=draw(st.sampled_from([None, *PAIRNORM_MODES])),
     )
     rng = np.random.default_rng(draw(seeds()))
     # Zero bias and res_W (the init's) would hide their bugs; larger attention makes the
@@ -75,7 +77,9 @@ def pre_activations(model: GAT, params: dict, cache: object, graph: Graph) -> li
         z, _ = conv.forward(
             model.layer_params(params, i), layer.conv.x, graph, mask is not None, None, mask
         )
-        out.append(z + layer.conv.x @ params[f"layer{i}.res_W"].T if model.residual else z)
+        if model.residual:
+            z = z + layer.conv.x @ params[f"layer{i}.res_W"].T
+        out.append(PairNorm(model.pairnorm).forward({}, z)[0] if model.pairnorm else z)
     return out
 
 
@@ -152,7 +156,7 @@ def test_one_layer_equals_a_bare_gatconv(setup: tuple) -> None:
 @given(setup=model_setups(dropout=False))
 def test_two_layers_equal_gatconv_activation_gatconv_by_hand(setup: tuple) -> None:
     model, _, x, graph, _ = setup
-    model = replace(model, num_layers=2, heads=(3, 2), residual=False)
+    model = replace(model, num_layers=2, heads=(3, 2), residual=False, pairnorm=None)
     params = model.init_params(np.random.default_rng(0))
     first = GATConv(
         model.in_channels, model.hidden_channels, heads=3, concat=True, version=model.version,

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 
+from refimpl.nn.pairnorm import PairNorm
 from tests.models.test_gat_model import model_setups
 
 torch = pytest.importorskip("torch")
@@ -19,6 +20,7 @@ from tests.nn.test_gat_torch import (  # noqa: E402  (needs torch)
     assert_agrees_with_autograd,
     torch_gat,
 )
+from tests.nn.torch_norms import torch_pairnorm  # noqa: E402
 
 TORCH_ACTIVATIONS = {
     "relu": torch.relu,
@@ -29,7 +31,7 @@ TORCH_ACTIVATIONS = {
 
 
 def torch_gat_model(model: object, params: dict, x: object, edge_index: np.ndarray, noise: dict):
-    """The model's forward in torch: per layer dropout, GAT layer, skip, activation."""
+    """The model's forward in torch: per layer dropout, GAT layer, skip, PairNorm, activation."""
     h = x
     for i, conv in enumerate(model.layers):
         layer_params = {name: params[f"layer{i}.{name}"] for name in conv.param_shapes()}
@@ -40,6 +42,8 @@ def torch_gat_model(model: object, params: dict, x: object, edge_index: np.ndarr
         z = torch_gat(conv, layer_params, h, edge_index, keep)
         if model.residual:
             z = z + h @ params[f"layer{i}.res_W"].T
+        if i < model.num_layers - 1 and model.pairnorm is not None:
+            z = torch_pairnorm(PairNorm(model.pairnorm), z)
         h = TORCH_ACTIVATIONS[model.activation](z) if i < model.num_layers - 1 else z
     return h
 
