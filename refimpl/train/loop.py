@@ -8,7 +8,8 @@ One epoch:
     4. optimiser step; stop if a parameter became non-finite
     5. forward in evaluation mode: train / val / test accuracy of the updated model
     6. model selection: the epoch with the best validation accuracy (the first,
-       on ties) and its test accuracy, as both papers report
+       on ties) and its test accuracy, as both papers report; a dataset without
+       validation nodes (TREES with ``train_fraction=1``) selects the last epoch
     7. one JSON line in ``log.jsonl``; a checkpoint every ``checkpoint_every``
     8. stop early once the training loss is below ``loss_threshold``
        (GAT-balance's protocol stops at 1e-4)
@@ -19,7 +20,8 @@ parameters, the optimiser state and the dropout generator, so it ends
 bit-identical to a run that was never interrupted.
 
 For multi-label targets (``y`` of shape ``(N, K)``) the "accuracy" columns hold
-the macro ROC-AUC instead.
+the macro ROC-AUC instead. A split without nodes scores NaN (an empty training
+mask is an error: there is nothing to fit).
 """
 
 from __future__ import annotations
@@ -128,6 +130,12 @@ def train_model(
         split: asarray(getattr(dataset, f"{split}_mask"), backend=backend)
         for split in ("train", "val", "test")
     }
+    if not bool(masks["train"].any()):
+        raise ValueError(
+            "the dataset's train_mask selects no node, so there is no loss to train on; "
+            "set masks with dataset.with_masks(train, val, test) or refimpl.data.random_split"
+        )
+    empty = {split for split, mask in masks.items() if not bool(mask.any())}
     graph = dataset.graph
     multi_label = y.ndim == 2
     loss_block = BCEWithLogits() if multi_label else SoftmaxCrossEntropy()
@@ -161,7 +169,10 @@ def train_model(
 
         epochs = tqdm(epochs, initial=start, total=config.epochs, unit="epoch", leave=False)
 
-    def metric(logits: Any, mask: Any) -> float:
+    def metric(logits: Any, split: str) -> float:
+        if split in empty:
+            return math.nan
+        mask = masks[split]
         return roc_auc(logits, y, mask) if multi_label else accuracy(logits, y, mask)
 
     # Without dropout the training forward of epoch t+1 equals the evaluation
@@ -206,8 +217,8 @@ def train_model(
         # 5-6 evaluate the updated model, select on validation accuracy
         eval_logits, eval_cache = _forward(model, params, x, graph, epoch, training=False)
         reused = (eval_logits, eval_cache) if deterministic else None
-        accs = {split: metric(eval_logits, mask) for split, mask in masks.items()}
-        if accs["val"] > best["val_acc"]:
+        accs = {split: metric(eval_logits, split) for split in masks}
+        if "val" in empty or accs["val"] > best["val_acc"]:
             best = {"epoch": epoch, "val_acc": accs["val"], "test_acc": accs["test"]}
             if config.diagnostics:
                 best_params = params

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from refimpl.backend import to_numpy
-from refimpl.data import contextual_sbm
+from refimpl.data import contextual_sbm, tree_neighbors_match
 from refimpl.diagnostics import grad_norms
 from refimpl.models import GAT
 from refimpl.train import (
@@ -151,6 +151,25 @@ def test_log_lines_and_selection(dataset: object, tmp_path: Path) -> None:
     )
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["best_epoch"] == result.best_epoch
+
+
+def test_without_validation_nodes_the_last_epoch_is_selected(tmp_path: Path) -> None:
+    # TREES with train_fraction=1 has no validation or test roots (the paper reports the
+    # training accuracy): those splits score NaN and the run reports its last epoch.
+    trees = tree_neighbors_match(2, 20, seed=0)
+    assert not trees.val_mask.any() and not trees.test_mask.any()
+    model = GAT(trees.num_features, 4, trees.num_classes, 3, version="v1")
+    result = train_model(model, trees, TrainConfig(epochs=4), out_dir=tmp_path)
+    records = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert result.best_epoch == 3 and math.isnan(result.val_acc) and math.isnan(result.test_acc)
+    assert all(math.isnan(r["val_acc"]) and 0 <= r["train_acc"] <= 1 for r in records)
+
+
+def test_an_empty_training_mask_is_refused(dataset: object) -> None:
+    no_train = np.zeros_like(dataset.train_mask)
+    empty = dataset.with_masks(no_train, dataset.val_mask, dataset.test_mask)
+    with pytest.raises(ValueError, match="train_mask selects no node"):
+        train_model(small_model(dataset), empty, TrainConfig(epochs=1))
 
 
 def test_relative_grad_norms_by_hand() -> None:
