@@ -61,7 +61,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from refimpl.backend import asarray, get_array_module
+from refimpl.backend import asarray
+from refimpl.ops.eps_root import eps_root, eps_root_backward
 from refimpl.validation import (
     check_block_inputs,
     check_cotangent,
@@ -135,7 +136,7 @@ class LayerNorm:
 
     def forward(self, params: dict[str, Any], x: Any) -> tuple[Any, LayerNormCache]:
         """Normalise ``x`` (N, channels); returns ``(out (N, channels), cache)``."""
-        xp = check_block_inputs(params, self.param_shapes(), "LayerNorm", x, self.channels)
+        check_block_inputs(params, self.param_shapes(), "LayerNorm", x, self.channels)
         if x.shape[0] == 0:
             raise ValueError("x must have at least one row (node); got shape (0, ...)")
         axis = 1 if self.mode == "node" else None  # the group G: a row, or everything
@@ -144,8 +145,7 @@ class LayerNorm:
         # F2 biased variance over G
         var = (centred * centred).mean(axis=axis, keepdims=True)
         # F3 standardise, eps inside or outside the root
-        root = xp.sqrt(var)
-        denominator = xp.sqrt(var + self.eps) if self.inside else root + self.eps
+        root, denominator = eps_root(var, self.eps, self.inside)
         if self.eps == 0 and not bool((denominator > 0).all()):
             where = "some row of x is constant" if axis == 1 else "all entries of x are equal"
             raise ValueError(
@@ -162,7 +162,6 @@ class LayerNorm:
         """Gradients of a scalar loss: ``(d_x (N, C), {"weight": (C,), "bias": (C,)})``."""
         xhat, root, denominator = cache
         check_cotangent(d_out, xhat.shape, xhat.dtype, xhat, name="d_out")
-        xp = get_array_module(xhat)
         axis = 1 if self.mode == "node" else None
         group_size = xhat.shape[1] if self.mode == "node" else xhat.size
         d_params: dict[str, Any] = {}
@@ -176,12 +175,8 @@ class LayerNorm:
         # B3 (of F3) xhat = centred / D: both receive gradient; d_D sums over G
         d_centred = d_xhat / denominator  # (N, C)
         d_denominator = -(d_xhat * xhat).sum(axis=axis, keepdims=True) / denominator
-        # dD/dvar = 1 / (2 sqrt(var + eps)) inside; 1 / (2 sqrt(var)) outside, taken as 0
-        # where var = 0 (there xhat = 0, so d_D = 0 too: the composite's true limit)
-        if self.inside:
-            d_var = d_denominator / (2 * denominator)
-        else:
-            d_var = xp.where(root > 0, d_denominator / (2 * xp.where(root > 0, root, 1)), 0)
+        # where var = 0, xhat = 0 too, so d_D = 0 (see eps_root_backward)
+        d_var = eps_root_backward(root, denominator, d_denominator, self.inside)
         # B2 (of F2) var = mean over G of centred^2, and centred = xhat * D
         d_centred = d_centred + d_var * (2 / group_size) * (xhat * denominator)
         # B1 (of F1) the centring is the symmetric projection I - 11^T/|G|: its own adjoint

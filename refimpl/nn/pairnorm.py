@@ -74,7 +74,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from refimpl.backend import get_array_module
+from refimpl.ops.eps_root import eps_root, eps_root_backward
 from refimpl.validation import (
     check_cotangent,
     check_input,
@@ -142,7 +142,6 @@ class PairNorm:
         check_input(x, "x", shape=(None, None))
         if x.shape[0] == 0:
             raise ValueError("x must have at least one row (node); got shape (0, ...)")
-        xp = get_array_module(x)
         # F1 column mean m (1, C), and the array the scaling acts on (N, C)
         mean = x.mean(axis=0, keepdims=True)
         base = x if self.mode == "PN-SCS" else x - mean
@@ -150,8 +149,7 @@ class PairNorm:
         squares = (base * base).sum(axis=1, keepdims=True)  # (N, 1)
         q = squares.mean(axis=0, keepdims=True) if self.mode == "PN" else squares
         # F3 the denominator, eps inside or outside the root
-        root = xp.sqrt(q)
-        denominator = xp.sqrt(q + self.eps) if self.inside else root + self.eps
+        root, denominator = eps_root(q, self.eps, self.inside)
         if self.eps == 0 and not bool((denominator > 0).all()):
             raise ValueError(
                 f"PairNorm({self.mode!r}) with eps=0 divides by zero: "
@@ -170,7 +168,6 @@ class PairNorm:
         """Gradients of a scalar loss: ``(d_x (N, C), {})``."""
         base, root, denominator = cache
         check_cotangent(d_out, base.shape, base.dtype, base, name="d_out")
-        xp = get_array_module(base)
         num_nodes = base.shape[0]
         # B4 (of F4) out = s * base / D: base and D both receive gradient
         d_base = self.scale * d_out / denominator  # (N, C)
@@ -178,12 +175,8 @@ class PairNorm:
         axis = None if self.mode == "PN" else 1
         d_denominator = -self.scale * (d_out * base).sum(axis=axis, keepdims=True)
         d_denominator = d_denominator / (denominator * denominator)
-        # B3 (of F3) dD/dq = 1 / (2 sqrt(q + eps)) inside; 1 / (2 sqrt(q)) outside, taken
-        # as 0 where q = 0 (there base = 0, so d_D = 0 too: the composite's true limit)
-        if self.inside:
-            d_q = d_denominator / (2 * denominator)
-        else:
-            d_q = xp.where(root > 0, d_denominator / (2 * xp.where(root > 0, root, 1)), 0)
+        # B3 (of F3) where q = 0, base = 0 too, so d_D = 0 (see eps_root_backward)
+        d_q = eps_root_backward(root, denominator, d_denominator, self.inside)
         # B2 (of F2) q = (1/count) sum ||base_i||^2 over the rows it covers
         count = num_nodes if self.mode == "PN" else 1
         d_base = d_base + d_q * (2 / count) * base  # (N, C)

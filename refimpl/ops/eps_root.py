@@ -1,0 +1,39 @@
+"""The ``eps``-guarded root both PairNorm and LayerNorm divide by, forward and backward.
+
+Given a non-negative statistic ``q`` (a mean square), the denominator is
+
+    D = sqrt(q + eps)        eps inside the root
+    D = sqrt(q) + eps        eps outside the root
+
+Libraries differ on the placement (see ``refimpl.nn.pairnorm`` and
+``refimpl.nn.layernorm``), so both blocks take it as an option and share this step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from refimpl.backend import get_array_module
+
+__all__ = ["eps_root", "eps_root_backward"]
+
+
+def eps_root(q: Any, eps: float, inside: bool) -> tuple[Any, Any]:
+    """``(sqrt(q), D)`` for ``q >= 0`` of any shape; ``D`` as in the module docstring."""
+    xp = get_array_module(q)
+    root = xp.sqrt(q)
+    return root, (xp.sqrt(q + eps) if inside else root + eps)
+
+
+def eps_root_backward(root: Any, denominator: Any, d_denominator: Any, inside: bool) -> Any:
+    """``d_q`` from ``d_D``: ``dD/dq = 1 / (2 D)`` inside, ``1 / (2 sqrt(q))`` outside.
+
+    Outside the root the derivative is infinite at ``q = 0``; it is taken as 0 there.
+    Both blocks divide a quantity that vanishes with ``q`` (their centred input) by
+    ``D``, so ``d_D = 0`` wherever ``q = 0`` and 0 is the composite's true limit.
+    """
+    if inside:
+        return d_denominator / (2 * denominator)
+    xp = get_array_module(root)
+    positive = root > 0
+    return xp.where(positive, d_denominator / (2 * xp.where(positive, root, 1)), 0)
