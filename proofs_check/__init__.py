@@ -63,10 +63,14 @@ def load_checks() -> dict[str, Check]:
     """
     for name in CHECK_MODULES:
         importlib.import_module(f"proofs_check.{name}")
-    rank = {f"proofs_check.{name}": i for i, name in enumerate(CHECK_MODULES)}
-    ordered = sorted(
-        REGISTRY.items(), key=lambda item: rank.get(item[1].body.__module__, len(rank))
-    )
+    rank = {name: i for i, name in enumerate(CHECK_MODULES)}
+
+    def module_rank(item: tuple[str, Check]) -> int:
+        # proofs_check.<name> or, for a package, proofs_check.<name>.<submodule>
+        name = item[1].body.__module__.split(".")[1]
+        return rank.get(name, len(rank))
+
+    ordered = sorted(REGISTRY.items(), key=module_rank)
     REGISTRY.clear()
     REGISTRY.update(ordered)
     return REGISTRY

@@ -28,7 +28,7 @@ from tests.strategies import seeds
 CHECK_IDS = [i for i in REGISTRY if i.startswith("lipschitz.")]
 FAST = 4
 RTOL64 = FORWARD_RTOL[np.dtype(np.float64)]
-ALL_FORMS = (*lipschitz._SCORE_FORMS, Form("linear", "lipschitz", 0.0))
+ALL_FORMS = (*lipschitz.lemma1_thm2._SCORE_FORMS, Form("linear", "lipschitz", 0.0))
 
 
 def allowance(size: int) -> float:
@@ -75,13 +75,15 @@ def test_cli_runs_only_these_checks_and_exits_zero() -> None:
 def _forgets_normalisation(monkeypatch: pytest.MonkeyPatch) -> None:
     # The blocks ignore their normalization: Eq. 4 / Eq. 7 scores whatever is asked.
     monkeypatch.setattr(
-        lipschitz, "Attention", lambda d, m, normalization=None, alpha=1.0: Attention(d, m)
+        lipschitz.forms, "Attention", lambda d, m, normalization=None, alpha=1.0: Attention(d, m)
     )
     monkeypatch.setattr(
-        lipschitz, "TransformerAttention", lambda d, normalization=None: TransformerAttention(d)
+        lipschitz.forms,
+        "TransformerAttention",
+        lambda d, normalization=None: TransformerAttention(d),
     )
     monkeypatch.setattr(
-        lipschitz, "MultiHeadAttention", lambda *a: MultiHeadAttention(*a[:5], None, *a[6:])
+        lipschitz.cases, "MultiHeadAttention", lambda *a: MultiHeadAttention(*a[:5], None, *a[6:])
     )
 
 
@@ -106,12 +108,12 @@ def test_a_block_without_normalisation_fails_the_bounds(monkeypatch, check_id: s
 def test_a_normalised_block_fails_the_growth_check(monkeypatch) -> None:
     # Normalised scores are invariant under X -> tX: the ratio is 1, not >= 100.
     monkeypatch.setattr(
-        lipschitz,
+        lipschitz.forms,
         "Attention",
         lambda d, m, normalization=None, alpha=1.0: Attention(d, m, "linear"),
     )
     monkeypatch.setattr(
-        lipschitz,
+        lipschitz.forms,
         "TransformerAttention",
         lambda d, normalization=None: TransformerAttention(d, "lipschitz"),
     )
@@ -136,7 +138,7 @@ class _Overstated(MultiHeadAttention):
 
 def test_an_overstated_multihead_block_fails_thm1(monkeypatch) -> None:
     # One head, d_O = 1, n = 1 attains the pointwise bound: 1 % more is outside it.
-    monkeypatch.setattr(lipschitz, "MultiHeadAttention", _Overstated)
+    monkeypatch.setattr(lipschitz.cases, "MultiHeadAttention", _Overstated)
     record = REGISTRY["lipschitz.thm1"](cases=FAST)
     assert not record.passed and record.margin < 0
 
@@ -144,18 +146,20 @@ def test_an_overstated_multihead_block_fails_thm1(monkeypatch) -> None:
 @pytest.mark.parametrize(
     ("check_id", "name", "broken"),
     [
-        ("lipschitz.cor1", "cor1_bound", lambda m, n: np.sqrt(m / n)),  # Lemma 2's lower bound
-        ("lipschitz.cor2", "cor2_bound", lambda m, n: np.sqrt(m / n)),
-        ("lipschitz.thm3.alpha_1", "thm3_bound", lambda a, m, n: np.sqrt(m / n)),
-        ("lipschitz.eq21", "EQ21_CONSTANT", 0.5),  # below a single head's norm
-        ("lipschitz.eq28", "EQ28_CONSTANT", 1.0 - 1e-9),  # the constant 1 is attained
-        ("lipschitz.thm2", "thm2_alpha", lambda split: 0.0),  # drops Thm 2's second term
-        ("lipschitz.lemma1", "lemma1_bound", lambda split: 0.0),
-        ("lipschitz.unnormalised_growth", "GROWTH_AT_LEAST", 1e4),  # more than linear growth
+        # Lemma 2's lower bound
+        ("lipschitz.cor1", "thm3_corollaries.cor1_bound", lambda m, n: np.sqrt(m / n)),
+        ("lipschitz.cor2", "thm3_corollaries.cor2_bound", lambda m, n: np.sqrt(m / n)),
+        ("lipschitz.thm3.alpha_1", "thm3_corollaries.thm3_bound", lambda a, m, n: np.sqrt(m / n)),
+        ("lipschitz.eq21", "bounds.EQ21_CONSTANT", 0.5),  # below a single head's norm
+        ("lipschitz.eq28", "lemma3_eq28.EQ28_CONSTANT", 1.0 - 1e-9),  # the constant 1 is attained
+        # drops Thm 2's second term
+        ("lipschitz.thm2", "lemma1_thm2.thm2_alpha", lambda split: 0.0),
+        ("lipschitz.lemma1", "lemma1_thm2.lemma1_bound", lambda split: 0.0),
+        ("lipschitz.unnormalised_growth", "growth.GROWTH_AT_LEAST", 1e4),  # more than linear growth
     ],
 )
 def test_a_too_small_bound_fails(monkeypatch, check_id: str, name: str, broken) -> None:
-    monkeypatch.setattr(lipschitz, name, broken)
+    monkeypatch.setattr(f"proofs_check.lipschitz.{name}", broken)
     record = REGISTRY[check_id](cases=FAST)
     assert not record.passed and record.margin < 0, record
 
@@ -163,7 +167,9 @@ def test_a_too_small_bound_fails(monkeypatch, check_id: str, name: str, broken) 
 def test_lemma1_without_its_second_term_fails(monkeypatch) -> None:
     # ||D Att_X|| <= ||softmax||_F alone is false: the score derivative term is needed.
     real = lipschitz.lemma1_bound
-    monkeypatch.setattr(lipschitz, "lemma1_bound", lambda split: real(split, constant=0.0))
+    monkeypatch.setattr(
+        lipschitz.lemma1_thm2, "lemma1_bound", lambda split: real(split, constant=0.0)
+    )
     assert not REGISTRY["lipschitz.lemma1"](cases=FAST).passed
 
 
@@ -171,7 +177,7 @@ def test_lemma3_fails_for_a_softmax_that_forgets_to_normalise(monkeypatch) -> No
     def unnormalised(scores: np.ndarray) -> np.ndarray:
         return np.exp(scores - scores.max(axis=1, keepdims=True))  # rows sum to anything
 
-    monkeypatch.setattr(lipschitz, "row_softmax", unnormalised)
+    monkeypatch.setattr(lipschitz.lemma3_eq28, "row_softmax", unnormalised)
     assert not REGISTRY["lipschitz.lemma3"](cases=FAST).passed
 
 
@@ -314,7 +320,7 @@ def test_lemma1_holds_with_the_constant_one(form: Form, seed: int) -> None:
     for case in fixed_and_random(form, seed, random=3):
         if case.form.kind == "linear" and not np.any(case.q.T @ case.x) and form.normalization:
             continue
-        measured, size = lipschitz._measure(ctx, case)
+        measured, size = lipschitz.bounds._measure(ctx, case)
         bound = lipschitz.lemma1_bound(lipschitz.score_split(form, case.x, case.q), constant=1.0)
         assert measured <= bound * allowance(size), case.label
         worst = max(worst, measured / bound)
@@ -381,12 +387,12 @@ def test_generic_inputs_saturate_without_normalisation() -> None:
 def test_a_short_search_stays_inside_the_bound(form: Form) -> None:
     rng = np.random.default_rng(4)
     dims = (2, 3, 3)
-    start = lipschitz._start(np.random.default_rng(4), form, *dims)
+    start = lipschitz.search._start(np.random.default_rng(4), form, *dims)
     result = lipschitz.tightness(form, dims, rng, restarts=1, steps=8)
     assert 0 < result.ratio <= 1.0 and result.bound == lipschitz.form_bound(form, 3, 3)
     # The ascent never returns less than where it started (same first draw).
-    x, q = lipschitz._normalise(form, *start)
-    initial, _, _ = lipschitz._norm_and_gradient(form, x, q)
+    x, q = lipschitz.search._normalise(form, *start)
+    initial, _, _ = lipschitz.search._norm_and_gradient(form, x, q)
     assert result.best >= initial
     # And the value it reports is the exact norm at the point it returns.
     params = {} if result.q is None else {"Q": result.q}
