@@ -1,0 +1,354 @@
+"""All-pair softmax attention of NodeFormer: exact O(N^2) and kernelised O(N), Gumbel or not.
+
+Queries, keys and values are rows: ``Q, K (N, d)``, ``V (N, d_v)``; the output is
+``Z (N, d_v)``. Gumbel noise ``g (N, K)`` holds one value per *key* node ``v`` and
+sample ``s``, shared by all queries (as the authors' code draws it); ``K`` is the
+number of samples, ``tau > 0`` the temperature.
+
+:class:`AllPairSoftmax`, the ground truth for small ``N`` (forms ``N x N``)::
+
+    Z = softmax(Q K^T / tau) V                                  (Eq. 2, with tau)
+    Z = (1/K) sum_s softmax((Q K^T + 1 g[:, s]^T) / tau) V      (Eq. 6, 15)
+
+:class:`KernelizedSoftmax`, linear in ``N`` (never forms ``N x N``), with
+``phi`` of Eq. 4 on ``Q / sqrt(tau)`` and ``K / sqrt(tau)`` and ``omega (m, d)``::
+
+    Z_u = phi(q_u)^T sum_v phi(k_v) v_v^T / phi(q_u)^T sum_w phi(k_w)            (Eq. 5)
+    Z_u = (1/K) sum_s  phi(q_u)^T sum_v e^{g_vs/tau} phi(k_v) v_v^T
+                     / phi(q_u)^T sum_w e^{g_ws/tau} phi(k_w)          (Eq. 7, 17, Alg. 1)
+
+so ``phi(q/sqrt tau)^T phi(k/sqrt tau)`` estimates ``exp(q^T k / tau)`` (Prop. 1)
+and each sample weights key ``v`` by ``e^{g_vs / tau}``, is normalised on its
+own, and the ``K`` results are averaged (Alg. 1 line 8). Without ``gumbel`` the
+forms are Eq. 2 and Eq. 5 (``K = 1``, ``g = 0``, bit for bit).
+
+Stabilisation (``stabilize=True``), in the log domain
+-----------------------------------------------------
+With ``a(x)_i = w_i^T x - ||x||^2 / 2`` (:func:`feature_exponent`):
+
+* query features ``exp(a(q_u) - max_i a(q_u)_i) / sqrt(m)``: a per-query factor,
+  cancels in the ratio (``stabilizer="row"`` of :mod:`refimpl.nn.random_features`);
+* key features factored as ``phi_k[v] w[v, s]`` with
+  ``phi_k[v] = exp(a(k_v) - r_v) / sqrt(m)``, ``r_v = max_i a(k_v)_i``, and the
+  key weights ``w[v, s] = exp(r_v + g_vs / tau - c_s)``, ``c_s = max_v (r_v +
+  g_vs / tau)``. The per-key ``r_v`` enters both factors with opposite signs, so
+  the product is ``exp(a(k_v) + g_vs / tau - c_s) / sqrt(m)``: Alg. 1 line 6's
+  ``e^{g_vs/tau} phi(k_v)`` times one factor ``e^{-c_s}`` common to all keys of
+  sample ``s``, which cancels in that sample's ratio. Every exponent is ``<= 0``
+  (nothing overflows) and ``max_v w[v, s] = 1``.
+
+Alg. 1 line 6 also multiplies the *query* features by ``G_k``: a per-query
+factor that cancels in line 8, so it is left out. The backward holds every
+shift constant, which is exact because the output does not depend on them (the
+gradient of Eq. 5/7 in ``Q, K, V``, not of any stabilised intermediate).
+``stabilize=False`` evaluates Eq. 4 and ``e^{g/tau}`` as printed (overflow-prone;
+for tests that the stabiliser cancels).
+
+Edge semantics
+--------------
+* ``N = 1``: one key, so its weight is 1 and ``Z = V``. :class:`AllPairSoftmax`:
+  every softmax is exactly 1, so ``d_Q = d_K = 0`` exactly (``Z`` and ``d_V``
+  are means of ``K`` equal terms: a few ulps); :class:`KernelizedSoftmax`: up to
+  rounding (``num / den`` with ``num = den * v`` summed in another order).
+* ``K = 1``: one sample, no averaging.
+* Denominators: ``phi > 0`` so they are positive in exact arithmetic, and no
+  ``eps`` is added (the authors add ``1e-6`` to every feature, which does not
+  cancel). A denominator that underflows to 0 (features of ``q_u`` and of the
+  keys peaking on different rows of ``omega`` at very large ``||q|| / sqrt(tau)``)
+  or any non-finite one raises :class:`~refimpl.validation.NonFiniteError`.
+* The random features are noise: ``omega`` and ``gumbel`` get no gradient.
+
+Parity with the authors' ``kernelized_softmax`` / ``kernelized_gumbel_softmax``
+(``nodeformer.py``): same ratios and sample layout (their noise is
+``[N, B, H, K]``, drawn as ``-log(Exp(1))``); they add ``1e-6`` to every
+feature, shift keys by ``max(omega x)`` without ``-||x||^2/2`` (a different
+global constant, which cancels) and multiply by ``e^{g/tau}`` unshifted, and
+their features carry NodeFormerConv's ``d^{-1/4}`` on ``q`` and ``k``, which a
+caller applies before this block (``qk_scale="sqrt_d"``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from refimpl.backend import get_array_module
+from refimpl.nn.random_features import (
+    check_features_input,
+    feature_exponent,
+    positive_random_features_backward,
+)
+from refimpl.validation import (
+    NonFiniteError,
+    check_cotangent,
+    check_input,
+    check_nonnegative_number,
+    check_params,
+)
+
+__all__ = [
+    "AllPairSoftmax",
+    "AllPairSoftmaxCache",
+    "KernelizedSoftmax",
+    "KernelizedSoftmaxCache",
+]
+
+
+class AllPairSoftmaxCache(NamedTuple):
+    """What :meth:`AllPairSoftmax.backward` reads."""
+
+    q: Any  # (N, d)
+    k: Any  # (N, d)
+    v: Any  # (N, d_v)
+    probabilities: Any  # (K, N, N) row softmax of (Q K^T + 1 g_s^T) / tau; K = 1 without gumbel
+
+
+@dataclass(frozen=True)
+class AllPairSoftmax:
+    """Exact all-pair softmax attention, NodeFormer Eq. 2 (with ``tau``) and Eq. 6 / 15 (Gumbel).
+
+    ``forward({}, q (N, d), k (N, d), v (N, d_v), gumbel=None | (N, K)) -> (z (N, d_v),
+    cache)``; ``backward({}, cache, d_z) -> ((d_q, d_k, d_v), {})``. ``O(K N^2)`` time
+    and memory: the ground truth for :class:`KernelizedSoftmax` at small ``N``.
+    """
+
+    tau: float = 1.0  # temperature; 1 is Eq. 2 as printed (the authors' code defaults to 0.25)
+
+    def __post_init__(self) -> None:
+        check_nonnegative_number(self.tau, "AllPairSoftmax tau", allow_zero=False)
+
+    def forward(
+        self, params: dict[str, Any], q: Any, k: Any, v: Any, gumbel: Any = None
+    ) -> tuple[Any, AllPairSoftmaxCache]:
+        """``Z``: q, k (N, d), v (N, d_v), gumbel (N, K) or None -> (N, d_v), and the cache."""
+        xp = _check_inputs("AllPairSoftmax", params, q, k, v, gumbel)
+        # F1 raw scores q_u^T k_v: (N, d) @ (d, N) -> (N, N)
+        raw = q @ k.T
+        # F2 scores (q_u^T k_v + g_vs) / tau, one slab per sample: (K, N, N)
+        if gumbel is None:
+            scores = (raw / self.tau)[None]  # (1, N, N)
+        else:
+            scores = (raw[None] + gumbel.T[:, None, :]) / self.tau  # (K, 1, N) over keys
+        if not bool(xp.all(xp.isfinite(scores))):
+            raise NonFiniteError(
+                f"AllPairSoftmax: (q^T k + g) / tau overflowed at tau = {self.tau}; "
+                "scale q and k down or raise tau"
+            )
+        # F3 row softmax over keys, shifted by the row max (K, N, N)
+        exp = xp.exp(scores - xp.max(scores, axis=2, keepdims=True))
+        probabilities = exp / xp.sum(exp, axis=2, keepdims=True)
+        # F4 average of the K samples: mean_s P_s V, (K, N, N) @ (N, d_v) -> (K, N, d_v) -> (N, d_v)
+        z = xp.mean(probabilities @ v, axis=0)
+        return z, AllPairSoftmaxCache(q, k, v, probabilities)
+
+    def backward(
+        self, params: dict[str, Any], cache: AllPairSoftmaxCache, d_z: Any
+    ) -> tuple[tuple[Any, Any, Any], dict[str, Any]]:
+        """Gradients of ``<d_z, z>``: ``((d_q (N, d), d_k (N, d), d_v (N, d_v)), {})``."""
+        q, k, v, probabilities = cache
+        check_cotangent(d_z, v.shape, v.dtype, v, name="d_z")
+        xp = get_array_module(d_z, v)
+        samples = probabilities.shape[0]
+        # B4 (of F4): d_v = (1/K) sum_s P_s^T d_z; d_P_s = d_z V^T / K for every s
+        # (N, N)^T @ (N, d_v) -> (N, d_v); (N, d_v) @ (d_v, N) -> (N, N)
+        d_v = xp.sum(probabilities, axis=0).T @ d_z / samples
+        d_probabilities = (d_z @ v.T) / samples  # (N, N), broadcast over samples
+        # B3 (of F3): softmax vjp P * (d_P - rowsum(P * d_P)), (K, N, N)
+        d_scores = probabilities * (
+            d_probabilities - xp.sum(probabilities * d_probabilities, axis=2, keepdims=True)
+        )
+        # B2 (of F2): the scores of all samples share raw / tau; g is noise (no gradient)
+        d_raw = xp.sum(d_scores, axis=0) / self.tau  # (N, N)
+        # B1 (of F1): (N, N) @ (N, d) -> (N, d), twice
+        d_q = d_raw @ k
+        d_k = d_raw.T @ q
+        return (d_q, d_k, d_v), {}
+
+
+class KernelizedSoftmaxCache(NamedTuple):
+    """What :meth:`KernelizedSoftmax.backward` reads (``K`` = samples, 1 without gumbel)."""
+
+    q_scaled: Any  # (N, d) Q / sqrt(tau)
+    k_scaled: Any  # (N, d) K / sqrt(tau)
+    v: Any  # (N, d_v)
+    omega: Any  # (m, d) projection, held fixed
+    query_features: Any  # (N, m) phi(Q / sqrt tau), per-query shift
+    key_features: Any  # (N, m) phi(K / sqrt tau), per-key shift r_v (undone by key_weights)
+    key_weights: Any  # (N, K) exp(r_v + g_vs / tau - c_s)
+    kv: Any  # (K, m, d_v) U_s = K~_s^T V (Alg. 1 line 7)
+    k_sum: Any  # (K, m) O_s = K~_s^T 1 (Alg. 1 line 7)
+    denominators: Any  # (K, N) phi(q_u)^T O_s
+    outputs: Any  # (K, N, d_v) the per-sample ratios, averaged into Z
+
+
+@dataclass(frozen=True)
+class KernelizedSoftmax:
+    """Kernelised softmax (NodeFormer Eq. 5) and kernelised Gumbel-Softmax (Eq. 7, Alg. 1).
+
+    ``forward({}, q (N, d), k (N, d), v (N, d_v), omega (m, d), gumbel=None | (N, K))
+    -> (z (N, d_v), cache)``; ``backward({}, cache, d_z) -> ((d_q, d_k, d_v), {})``.
+    ``O(N m (d + K d_v))`` time, ``O(N K (m + d_v))`` memory. ``omega`` and
+    ``gumbel`` are noise (no gradient) and must share ``q``'s dtype and backend.
+    Stabilisation, what cancels, ``N = 1`` and zero denominators: module docstring.
+    """
+
+    tau: float = 1.0  # temperature; 1 is Eq. 5 as printed (the authors' code defaults to 0.25)
+    stabilize: bool = True  # log-domain shifts that cancel in the ratio; False: Eq. 4 as printed
+
+    def __post_init__(self) -> None:
+        check_nonnegative_number(self.tau, "KernelizedSoftmax tau", allow_zero=False)
+        if not isinstance(self.stabilize, bool):
+            raise ValueError(f"KernelizedSoftmax stabilize must be a bool, got {self.stabilize!r}")
+
+    def forward(
+        self, params: dict[str, Any], q: Any, k: Any, v: Any, omega: Any, gumbel: Any = None
+    ) -> tuple[Any, KernelizedSoftmaxCache]:
+        """``Z``: q, k (N, d), v (N, d_v), omega (m, d), gumbel (N, K) or None -> (N, d_v)."""
+        xp = _check_inputs("KernelizedSoftmax", params, q, k, v, gumbel, omega)
+        n, m = q.shape[0], omega.shape[0]
+        scale = 1.0 / math.sqrt(self.tau)
+        inv_sqrt_m = 1.0 / math.sqrt(m)
+        # F1 features are taken of q / sqrt(tau), k / sqrt(tau) (Eq. 6-7, Alg. 1 line 6)  (N, d)
+        q_scaled, k_scaled = q * scale, k * scale
+        # F2 exponents of Eq. 4 (N, m)
+        a_q, a_k = feature_exponent(q_scaled, omega), feature_exponent(k_scaled, omega)
+        # F3 the Gumbel log-weights g / tau (Alg. 1 line 4, in the log domain)  (N, K)
+        log_weights = xp.zeros((n, 1), dtype=q.dtype) if gumbel is None else gumbel / self.tau
+        if self.stabilize:
+            # F4 query features, per-query shift (cancels in line 8)  (N, m)
+            query_features = xp.exp(a_q - xp.max(a_q, axis=1, keepdims=True)) * inv_sqrt_m
+            # F5 key features with the per-key shift r_v, which F6 puts back  (N, m), (N, 1)
+            r = xp.max(a_k, axis=1, keepdims=True)
+            key_features = xp.exp(a_k - r) * inv_sqrt_m
+            # F6 key weights exp(r_v + g_vs/tau - c_s), c_s common to sample s's keys  (N, K)
+            log_weights = r + log_weights
+            key_weights = xp.exp(log_weights - xp.max(log_weights, axis=0, keepdims=True))
+        else:
+            # F4-F6 as printed: phi of Eq. 4 and e^{g / tau}
+            query_features = xp.exp(a_q) * inv_sqrt_m
+            key_features = xp.exp(a_k) * inv_sqrt_m
+            key_weights = xp.exp(log_weights)
+        # F7 per-sample key features K~_s = diag(w_s) phi_k (Alg. 1 lines 5-6)  (K, N, m)
+        keys = key_weights.T[:, :, None] * key_features[None]
+        # F8 U_s = K~_s^T V: (K, m, N) @ (N, d_v) -> (K, m, d_v); O_s = K~_s^T 1 (K, m) (line 7)
+        kv = keys.transpose(0, 2, 1) @ v
+        k_sum = xp.sum(keys, axis=1)
+        # F9 numerators phi_q U_s: (N, m) @ (K, m, d_v) -> (K, N, d_v);
+        #    denominators O_s phi_q^T: (K, m) @ (m, N) -> (K, N)  (line 8)
+        numerators = query_features @ kv
+        denominators = k_sum @ query_features.T
+        if not bool(xp.all(xp.isfinite(denominators) & (denominators > 0))):
+            raise NonFiniteError(_denominator_message(self, denominators))
+        # F10 normalise each sample on its own, then average the K samples (line 8)  (N, d_v)
+        outputs = numerators / denominators[:, :, None]  # (K, N, d_v)
+        z = xp.mean(outputs, axis=0)
+        cache = KernelizedSoftmaxCache(
+            q_scaled,
+            k_scaled,
+            v,
+            omega,
+            query_features,
+            key_features,
+            key_weights,
+            kv,
+            k_sum,
+            denominators,
+            outputs,
+        )
+        return z, cache
+
+    def backward(
+        self, params: dict[str, Any], cache: KernelizedSoftmaxCache, d_z: Any
+    ) -> tuple[tuple[Any, Any, Any], dict[str, Any]]:
+        """Gradients of ``<d_z, z>``: ``((d_q (N, d), d_k (N, d), d_v (N, d_v)), {})``."""
+        v = cache.v
+        check_cotangent(d_z, v.shape, v.dtype, v, name="d_z")
+        xp = get_array_module(d_z, v)
+        query_features, kv, k_sum = cache.query_features, cache.kv, cache.k_sum
+        denominators, outputs = cache.denominators, cache.outputs
+        samples = outputs.shape[0]
+        # B10 (of F10): d_outputs_s = d_z / K; ratio rule for num / den
+        d_outputs = d_z[None] / samples  # (1, N, d_v), broadcast over samples
+        d_numerators = d_outputs / denominators[:, :, None]  # (K, N, d_v)
+        d_denominators = -xp.sum(d_outputs * outputs, axis=2) / denominators  # (K, N)
+        # B9 (of F9): (K, N, d_v) @ (K, d_v, m) -> (K, N, m) summed over s; (N, K) @ (K, m)
+        d_query_features = xp.sum(d_numerators @ kv.transpose(0, 2, 1), axis=0)
+        d_query_features = d_query_features + d_denominators.T @ k_sum  # (N, m)
+        d_kv = query_features.T @ d_numerators  # (m, N) @ (K, N, d_v) -> (K, m, d_v)
+        d_k_sum = d_denominators @ query_features  # (K, N) @ (N, m) -> (K, m)
+        # B8 (of F8): d_K~_s = V d_U_s^T + 1 d_O_s^T: (N, d_v) @ (K, d_v, m) -> (K, N, m)
+        keys = cache.key_weights.T[:, :, None] * cache.key_features[None]  # (K, N, m), F7
+        d_keys = v @ d_kv.transpose(0, 2, 1) + d_k_sum[:, None, :]
+        d_v = xp.sum(keys @ d_kv, axis=0)  # (K, N, m) @ (K, m, d_v) -> (N, d_v)
+        # B7 (of F7): the key weights are constants here (see B6-B3)  (N, m)
+        d_key_features = xp.sum(cache.key_weights.T[:, :, None] * d_keys, axis=0)
+        # B6-B3 (of F6-F3): nothing flows into g (noise) or into the shifts: each is held
+        # constant, which is exact because Z does not depend on them (module docstring); so
+        # the features are exp(a - const) / sqrt(m), d a = d_phi * phi
+        # B2 (of F2): through Eq. 4's exponent a = x omega^T - ||x||^2 / 2  (N, d)
+        omega = cache.omega
+        d_q_scaled = positive_random_features_backward(
+            cache.q_scaled, omega, query_features, d_query_features
+        )
+        d_k_scaled = positive_random_features_backward(
+            cache.k_scaled, omega, cache.key_features, d_key_features
+        )
+        # B1 (of F1)
+        scale = 1.0 / math.sqrt(self.tau)
+        return (d_q_scaled * scale, d_k_scaled * scale, d_v), {}
+
+
+def _denominator_message(block: KernelizedSoftmax, denominators: Any) -> str:
+    xp = get_array_module(denominators)
+    bad = int(xp.sum(~(xp.isfinite(denominators) & (denominators > 0))))
+    where = f"{bad} of {denominators.size} (sample, query) denominators"
+    if not block.stabilize:
+        return (
+            f"KernelizedSoftmax: {where} of Eq. 5/7 over- or underflowed with stabilize=False "
+            "(exp(w^T x) and e^(g/tau) evaluated as printed); use stabilize=True"
+        )
+    return (
+        f"KernelizedSoftmax: {where} of Eq. 5/7 are 0 or not finite: ||q|| / sqrt(tau) or "
+        f"||k|| / sqrt(tau) is too large (tau = {block.tau}) for the random features to "
+        "resolve; scale q and k down, raise tau, or draw more features"
+    )
+
+
+def _check_inputs(
+    owner: str, params: Any, q: Any, k: Any, v: Any, gumbel: Any, omega: Any = None
+) -> Any:
+    """Shapes, finiteness, one dtype, one backend; returns the array module."""
+    check_params(params, {}, owner)
+    xp = check_input(q, "q", shape=(None, None))
+    n, d = q.shape
+    if n == 0 or d == 0:
+        raise ValueError(f"{owner}: q has shape {(n, d)}; attention needs N >= 1 nodes, d >= 1")
+    check_input(k, "k", shape=(n, d))
+    check_input(v, "v", shape=(n, None))
+    if v.shape[1] == 0:
+        raise ValueError(f"{owner}: v has shape {tuple(v.shape)}; it needs d_v >= 1 columns")
+    named = {"k": k, "v": v}
+    if omega is not None:
+        check_features_input(q, omega, owner, name="q")
+        named["omega"] = omega
+    if gumbel is not None:
+        shape = getattr(gumbel, "shape", None)
+        if shape is not None and len(shape) == 2:
+            if shape[0] != n and shape[1] == n:
+                raise ValueError(
+                    f"{owner}: gumbel has shape {tuple(shape)} but must be (N, K) = "
+                    f"({n}, K): one value per key node and sample; pass gumbel.T"
+                )
+        check_input(gumbel, "gumbel", shape=(n, None))
+        if gumbel.shape[1] == 0:
+            raise ValueError(f"{owner}: gumbel has no columns; pass K >= 1 samples or None")
+        named["gumbel"] = gumbel
+    get_array_module(q, *named.values())  # TypeError if on two backends
+    for name, value in named.items():
+        if value.dtype != q.dtype:
+            raise TypeError(
+                f"{owner}: {name} has dtype {value.dtype} but q has {q.dtype}; cast {name} "
+                f"with refimpl.backend.asarray({name}, dtype=q.dtype): nothing is cast silently"
+            )
+    return xp
