@@ -16,6 +16,8 @@ from refimpl.nn.kernel_attention import (
     KernelizedSoftmaxCache,
 )
 from refimpl.nn.layernorm import LayerNorm, LayerNormCache
+from refimpl.nn.nodeformer import NodeFormerCache, NodeFormerConv
+from refimpl.nn.nodeformer_edge_loss import EdgeLossCache, NodeFormerEdgeLoss
 from refimpl.nn.pairnorm import PairNorm, PairNormCache
 from refimpl.nn.random_features import (
     PositiveRandomFeatures,
@@ -28,6 +30,7 @@ __all__ = [
     "AllPairSoftmaxCache",
     "Attention",
     "AttentionCache",
+    "EdgeLossCache",
     "GATCache",
     "GATConv",
     "KernelizedSoftmax",
@@ -36,6 +39,9 @@ __all__ = [
     "LayerNormCache",
     "MultiHeadAttention",
     "MultiHeadAttentionCache",
+    "NodeFormerCache",
+    "NodeFormerConv",
+    "NodeFormerEdgeLoss",
     "PairNorm",
     "PairNormCache",
     "PositiveRandomFeatures",

@@ -1,0 +1,121 @@
+"""NodeFormer's relational bias (Eq. 8, Alg. 1 line 9): ``sum_j f(b_rel[j-1, h]) A_j V_h``.
+
+Per head ``h``, order ``j = 1..r`` and gate ``f`` (sigmoid or identity), added to
+the attention output before the heads are joined; ``A_j`` is ``A_hat^j``
+(``powers="paper"``) or the degree-normalised pattern of ``A^(2^(j-1))``
+(``powers="authors"``, the code's repeated squaring). ``A_hat = D_in^(-1/2) A
+D_out^(-1/2)``. The conventions and their sources are in :mod:`refimpl.nn.nodeformer`;
+values are ``(N, H, C)``, ``b_rel`` is ``(r, H)``.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from refimpl.backend import asarray, backend_name, get_array_module, to_numpy
+from refimpl.graph import Graph
+from refimpl.ops.propagate import propagate
+
+__all__ = ["RelationalBias", "apply_operator", "normalized_edge_weights", "power_graphs"]
+
+
+@dataclass(frozen=True)
+class RelationalBias:
+    """The relational-bias terms of one layer and their backward (module docstring)."""
+
+    mode: str  # "sigmoid" | "identity": the gate f
+    order: int  # r, the number of adjacency terms
+    powers: str  # "paper" (A_hat^j) | "authors" (patterns of A, A^2, A^4, ...)
+
+    def gate(self, b_rel: Any) -> Any:
+        """``f(b_rel)`` (r, H): the sigmoid, in the tanh form that never overflows, or b_rel."""
+        if self.mode == "sigmoid":
+            return 0.5 * (1.0 + get_array_module(b_rel).tanh(0.5 * b_rel))
+        return b_rel
+
+    def gate_backward(self, f: Any, d_f: Any) -> Any:
+        """``d_b_rel`` (r, H) from ``d_f``: ``f (1 - f)`` for the sigmoid, 1 for the identity."""
+        return d_f * f * (1.0 - f) if self.mode == "sigmoid" else d_f
+
+    def operators(self, graph: Graph, xp: Any, dtype: Any) -> tuple:
+        """The normalised operators: ``(A_hat,)`` ("paper") or ``A_1 .. A_r`` ("authors")."""
+        graphs = [graph] if self.powers == "paper" else power_graphs(graph, self.order)
+        return tuple((g, normalized_edge_weights(g, xp, dtype)) for g in graphs)
+
+    def terms(self, operators: tuple, v: Any) -> tuple:
+        """``A_j V`` (N, H, C) for j = 1..r: ``A_hat^j`` by repeated products, or one each."""
+        if self.powers == "authors":
+            return tuple(apply_operator(op, v) for op in operators)
+        terms, term = [], v
+        for _ in range(self.order):
+            term = apply_operator(operators[0], term)
+            terms.append(term)
+        return tuple(terms)
+
+    def terms_backward(self, operators: tuple, f: Any, d_z: Any) -> Any:
+        """``sum_j A_j^T (f_j d_z)`` (N, H, C); for ``A_hat^j``, Horner's scheme."""
+        weighted = [f[j][None, :, None] * d_z for j in range(self.order)]  # (N, H, C) each
+        if self.powers == "authors":
+            return sum(
+                apply_operator(op, w, transpose=True)
+                for op, w in zip(operators, weighted, strict=True)
+            )
+        acc = weighted[-1]
+        for j in range(self.order - 2, -1, -1):
+            acc = apply_operator(operators[0], acc, transpose=True) + weighted[j]
+        return apply_operator(operators[0], acc, transpose=True)
+
+
+def apply_operator(operator: tuple, h: Any, transpose: bool = False) -> Any:
+    """``A h`` (or ``A^T h``) for (N, H, C), ``A[v, u] = sum of w_e over edges u -> v``."""
+    graph, weights = operator
+    xp = get_array_module(h)
+    n, heads, c = h.shape
+    src, dst = graph.src_segments(xp), graph.dst_segments(xp)
+    if transpose:  # swapping the segmentations propagates along reversed edges: A^T
+        src, dst = dst, src
+    # all heads at once as one head of width H*C: (N, 1, H*C) with weights (E, 1)
+    return propagate(h.reshape(n, 1, heads * c), weights, src, dst).reshape(n, heads, c)
+
+
+def normalized_edge_weights(graph: Graph, xp: Any, dtype: Any) -> Any:
+    """``1 / sqrt(d_in(v) d_out(u))`` per edge ``u -> v`` (E, 1): ``D_in^(-1/2) A D_out^(-1/2)``,
+    the code's ``add_conv_relational_bias`` (degrees count duplicate edges and self-loops)."""
+    src, dst = graph.src_segments(xp), graph.dst_segments(xp)
+    degrees = dst.counts()[dst.index] * src.counts()[src.index]  # (E,) int, >= 1 on edges
+    return (1.0 / xp.sqrt(degrees.astype(dtype)))[:, None]
+
+
+# Graph -> [A_2, A_3, ...]; the values must not reference their key, or the entry never dies
+_POWERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def power_graphs(graph: Graph, order: int) -> list[Graph]:
+    """``[A, pattern(A^2), pattern(A^4), ...]`` (``order`` graphs): the code's ``adjs``.
+
+    ``main.py`` repeats ``adj = adj_mul(adj, adj)``, the nonzero pattern of the
+    product of the binarised adjacency with itself, so graph ``j`` holds the pairs
+    joined by a walk of ``2^(j-1)`` edges, each once. Computed on the host with
+    SciPy, once per graph (cached while the graph lives), moved to its backend.
+    """
+    import scipy.sparse as sp
+
+    higher = _POWERS.setdefault(graph, [])
+    while len(higher) + 1 < order:
+        n = graph.num_nodes
+        previous = to_numpy((higher[-1] if higher else graph).edge_index)
+        ones = np.ones(previous.shape[1])
+        a = sp.csr_matrix((ones, (previous[0], previous[1])), shape=(n, n))
+        a.data[:] = 1.0  # binarise (duplicates summed above)
+        square = (a @ a).tocoo()
+        keep = square.data != 0
+        rows, cols = square.row[keep], square.col[keep]
+        sort = np.lexsort((cols, rows))  # coalesced, as torch's: by row, then column
+        edge_index = np.stack([rows[sort], cols[sort]])
+        backend = backend_name(get_array_module(graph.edge_index))
+        higher.append(Graph(asarray(edge_index.astype(np.int64), backend=backend), n))
+    return [graph, *higher[: order - 1]]
