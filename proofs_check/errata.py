@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from proofs_check import conservation, lipschitz, softmax
+from proofs_check import conservation, lipschitz, prf, prf_gumbel, softmax
 from refimpl.diagnostics import conservation_residuals
 from refimpl.graph import Graph
 from refimpl.init import orthogonal
@@ -308,3 +308,5 @@ ERRATA += [
         evaluate=_input_vectors_are_columns,
     ),
 ]
+
+ERRATA += [*prf.errata(), *prf_gumbel.errata()]
