@@ -19,7 +19,7 @@ import numpy as np
 from refimpl.backend import backend_name, get_array_module, is_array, to_numpy
 from refimpl.ops.segment import Segments
 
-__all__ = ["Graph"]
+__all__ = ["Graph", "with_configured_self_loops"]
 
 _DENSE_LIMIT = 10_000  # to_dense_adjacency refuses more nodes (10^8 entries)
 
@@ -223,3 +223,11 @@ class Graph:
         if backend_name(get_array_module(self._edge_index)) == backend:
             return self
         return Graph(asarray(self._edge_index, backend=backend), self.num_nodes)
+
+
+def with_configured_self_loops(graph: Any, add_self_loops: bool) -> Graph:
+    """What a layer with ``add_self_loops`` attends over: exactly one self-loop per node
+    (existing ones replaced, as PyG's ``GATConv``), or ``graph`` as given."""
+    if not isinstance(graph, Graph):
+        raise TypeError(f"graph must be a refimpl.Graph, got {type(graph).__name__}")
+    return graph.remove_self_loops().add_self_loops() if add_self_loops else graph

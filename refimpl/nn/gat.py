@@ -49,7 +49,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from refimpl.backend import asarray, get_array_module
-from refimpl.graph import Graph
+from refimpl.graph import Graph, with_configured_self_loops
 from refimpl.nn.lipschitz_norm import (
     LIPSCHITZ_NORM_MODES,
     NeighbourNormCache,
@@ -163,9 +163,7 @@ class GATConv:
 
     def prepare_graph(self, graph: Graph) -> Graph:
         """The graph the layer attends over: self-loops replaced by one per node if configured."""
-        if not isinstance(graph, Graph):
-            raise TypeError(f"graph must be a refimpl.Graph, got {type(graph).__name__}")
-        return graph.remove_self_loops().add_self_loops() if self.add_self_loops else graph
+        return with_configured_self_loops(graph, self.add_self_loops)
 
     # -- forward -----------------------------------------------------------------------
     def forward(

@@ -73,7 +73,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from refimpl.backend import asarray, backend_name, get_array_module
-from refimpl.graph import Graph
+from refimpl.graph import Graph, with_configured_self_loops
 from refimpl.nn.kernel_attention import KernelizedSoftmax
 from refimpl.nn.random_features import PROJECTION_KINDS, draw_projection
 from refimpl.nn.relational_bias import RelationalBias
@@ -190,9 +190,7 @@ class NodeFormerConv:
 
     def prepare_graph(self, graph: Graph) -> Graph:
         """The graph of the relational bias and the edge loss (self-loops as configured)."""
-        if not isinstance(graph, Graph):
-            raise TypeError(f"graph must be a refimpl.Graph, got {type(graph).__name__}")
-        return graph.remove_self_loops().add_self_loops() if self.add_self_loops else graph
+        return with_configured_self_loops(graph, self.add_self_loops)
 
     # -- forward ---------------------------------------------------------------------------
     def forward(
