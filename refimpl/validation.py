@@ -108,6 +108,25 @@ def check_same_dtype(values: Mapping[str, Any], reference: Any, reference_name: 
             )
 
 
+def check_like(
+    values: Mapping[str, Any], reference: Any, reference_name: str, owner: str = "", hint: str = ""
+) -> None:
+    """Every array in ``values`` is on ``reference``'s backend and has its dtype.
+
+    For inputs that are not parameters (noise, projections): nothing is moved or
+    cast silently. ``hint`` is put before the fix in the message.
+    """
+    get_array_module(reference, *values.values())  # TypeError if on two backends
+    prefix = f"{owner}: " if owner else ""
+    for name, value in values.items():
+        if value.dtype != reference.dtype:
+            raise TypeError(
+                f"{prefix}{name} has dtype {value.dtype} but {reference_name} has "
+                f"{reference.dtype}; {hint}cast it with refimpl.backend.asarray(..., "
+                f"dtype={reference_name}.dtype): nothing is cast silently"
+            )
+
+
 def check_keys(given: Mapping[str, Any], expected: list[str], problem: str, fix: str) -> None:
     """``given`` has exactly the keys ``expected``; else a ValueError listing the difference."""
     missing = [k for k in expected if k not in given]

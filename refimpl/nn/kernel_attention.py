@@ -83,6 +83,7 @@ from refimpl.validation import (
     NonFiniteError,
     check_cotangent,
     check_input,
+    check_like,
     check_nonnegative_number,
     check_params,
 )
@@ -344,11 +345,5 @@ def _check_inputs(
         if gumbel.shape[1] == 0:
             raise ValueError(f"{owner}: gumbel has no columns; pass K >= 1 samples or None")
         named["gumbel"] = gumbel
-    get_array_module(q, *named.values())  # TypeError if on two backends
-    for name, value in named.items():
-        if value.dtype != q.dtype:
-            raise TypeError(
-                f"{owner}: {name} has dtype {value.dtype} but q has {q.dtype}; cast {name} "
-                f"with refimpl.backend.asarray({name}, dtype=q.dtype): nothing is cast silently"
-            )
+    check_like(named, q, "q", owner)
     return xp

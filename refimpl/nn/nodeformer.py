@@ -81,6 +81,7 @@ from refimpl.validation import (
     check_block_inputs,
     check_cotangent,
     check_input,
+    check_like,
     check_nonnegative_number,
 )
 
@@ -383,11 +384,6 @@ def _check_noise(noise: Any, x: Any, shapes: dict[str, tuple]) -> dict[str, Any]
             raise ValueError(
                 f"noise[{name!r}] has shape {tuple(value.shape)} but must be {shape}: {meaning}"
             )
-        get_array_module(x, value)  # TypeError if on another backend
-        if value.dtype != x.dtype:
-            raise TypeError(
-                f"noise[{name!r}] has dtype {value.dtype} but x has {x.dtype}; cast it with "
-                f"refimpl.backend.asarray(noise[{name!r}], dtype=x.dtype): nothing is cast silently"
-            )
+        check_like({f"noise[{name!r}]": value}, x, "x")
         given[name] = value
     return given

@@ -65,7 +65,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from refimpl.backend import get_array_module
-from refimpl.validation import check_cotangent, check_input, check_params
+from refimpl.validation import check_cotangent, check_input, check_like, check_params
 
 __all__ = [
     "PROJECTION_KINDS",
@@ -256,10 +256,5 @@ def check_features_input(x: Any, omega: Any, owner: str, name: str = "x") -> Any
             f"{owner}: omega has shape {tuple(omega.shape)} but must be (m, d) = (m, {d}) with "
             f"m >= 1 (d = {name}.shape[1]); draw it with draw_projection(rng, m, {d})"
         )
-    get_array_module(x, omega)  # TypeError if on two backends
-    if omega.dtype != x.dtype:
-        raise TypeError(
-            f"{owner}: omega has dtype {omega.dtype} but {name} has {x.dtype}; draw_projection "
-            f"returns float64 on the host: use refimpl.backend.asarray(omega, dtype={name}.dtype)"
-        )
+    check_like({"omega": omega}, x, name, owner, "draw_projection returns float64 on the host: ")
     return xp
