@@ -163,6 +163,28 @@ class Graph:
 
         return self._cached("with_loops", build)
 
+    def subgraph(self, nodes: Any) -> Graph:
+        """The subgraph induced by ``nodes``: its edges with both ends in ``nodes``.
+
+        ``nodes`` (n,) distinct ints in ``[0, N)``, on the graph's backend or the host;
+        node ``nodes[i]`` becomes node ``i`` (PyG ``subgraph(..., relabel_nodes=True)``,
+        edges kept in their order, duplicates and self-loops included).
+        """
+        xp = get_array_module(self._edge_index)
+        nodes = xp.asarray(nodes)
+        if nodes.ndim != 1 or nodes.dtype.kind not in "iu" or nodes.size == 0:
+            shape = f"{nodes.dtype}{tuple(nodes.shape)}"
+            raise ValueError(f"nodes must be a non-empty 1-d int array, got {shape}")
+        if int(nodes.min()) < 0 or int(nodes.max()) >= self.num_nodes:
+            raise ValueError(f"nodes must lie in [0, {self.num_nodes}), the graph's node range")
+        position = xp.full(self.num_nodes, -1, dtype=xp.int64)  # (N,) new index or -1
+        position[nodes] = xp.arange(nodes.size, dtype=xp.int64)
+        if int((position >= 0).sum()) != nodes.size:
+            raise ValueError("nodes must be distinct")
+        src, dst = position[self._edge_index[0]], position[self._edge_index[1]]  # (E,)
+        keep = (src >= 0) & (dst >= 0)
+        return Graph(xp.stack([src[keep], dst[keep]]), int(nodes.size))
+
     # -- conversions ---------------------------------------------------------------
     @classmethod
     def from_networkx(cls, graph: Any) -> Graph:

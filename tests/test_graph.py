@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from hypothesis import given
+from hypothesis import strategies as st
 
 from refimpl import Graph
 from refimpl.backend import array_module, to_numpy
@@ -308,3 +309,33 @@ def test_segments_are_cached_per_module(backend):
     assert dst.num_segments == src.num_segments == 3
     assert graph.add_self_loops() is graph.add_self_loops()
     assert graph.remove_self_loops() is graph.remove_self_loops()
+
+
+@given(graph=graphs(), data=st.data())
+def test_subgraph_against_the_dense_adjacency(graph, data):
+    """A[nodes][:, nodes] of the dense counts, edge order kept."""
+    nodes = np.array(
+        data.draw(st.permutations(range(graph.num_nodes)).map(lambda p: p[: len(p) // 2 + 1]))
+    )
+    sub = graph.subgraph(nodes)
+    dense = to_numpy(graph.to_dense_adjacency())  # [v, u] = number of edges u -> v
+    np.testing.assert_array_equal(to_numpy(sub.to_dense_adjacency()), dense[np.ix_(nodes, nodes)])
+    src, dst = graph.edge_index
+    kept = np.isin(src, nodes) & np.isin(dst, nodes)
+    position = {int(v): i for i, v in enumerate(nodes)}
+    expected = [[position[int(u)] for u in src[kept]], [position[int(v)] for v in dst[kept]]]
+    np.testing.assert_array_equal(sub.edge_index.reshape(2, -1), np.array(expected).reshape(2, -1))
+
+
+@pytest.mark.parametrize(
+    ("nodes", "match"),
+    [
+        ([], "non-empty 1-d int"),
+        ([0.5], "non-empty 1-d int"),
+        ([0, 3], r"lie in \[0, 3\)"),
+        ([1, 1], "distinct"),
+    ],
+)
+def test_subgraph_refuses_bad_nodes(nodes, match):
+    with pytest.raises(ValueError, match=match):
+        Graph([[0, 1], [1, 2]], 3).subgraph(np.array(nodes))

@@ -17,8 +17,10 @@ from refimpl.train import TrainConfig
 __all__ = [
     "add_data_options",
     "add_model_options",
+    "add_nodeformer_options",
     "add_training_options",
     "build_model",
+    "dataset_for_seeds",
     "default_out",
     "load_data",
     "train_config",
@@ -37,6 +39,23 @@ def add_data_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--split", type=int, default=0, help="Geom-GCN split index 0-9")
     group.add_argument(
+        "--random-split",
+        type=float,
+        nargs=3,
+        metavar=("TRAIN", "VAL", "TEST"),
+        default=None,
+        help="a random split per seed s, drawn from default_rng([s, 2]) (the same for every "
+        "model); NodeFormer Sec. 4.1: 0.5 0.25 0.25",
+    )
+    group.add_argument(
+        "--graph",
+        choices=["input", "knn", "none"],
+        default="input",
+        help="the dataset's graph (default), a symmetrised k-NN graph over the features "
+        "(--knn), or no edges (NodeFormer Sec. 4.3)",
+    )
+    group.add_argument("--knn", type=int, default=10, help="k of --graph knn")
+    group.add_argument(
         "--dtype",
         choices=["float32", "float64"],
         default="float32",
@@ -52,14 +71,20 @@ def add_data_options(parser: argparse.ArgumentParser) -> None:
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("model")
-    group.add_argument("--model", choices=["gat"], default="gat")
-    group.add_argument("--hidden", type=int, default=8, help="channels per head in hidden layers")
+    group.add_argument("--model", choices=["gat", "nodeformer"], default="gat")
+    group.add_argument(
+        "--hidden",
+        type=int,
+        default=None,
+        help="GAT: channels per head in hidden layers (default 8); NodeFormer: width D (32)",
+    )
     group.add_argument(
         "--heads",
         type=int,
         nargs="+",
-        default=[1],
-        help="heads: one number for every layer, or one per layer",
+        default=None,
+        help="heads: one number for every layer, or one per layer (GAT only); "
+        "default 1 (GAT), 4 (NodeFormer)",
     )
     group.add_argument("--version", choices=["v1", "v2"], default="v2")
     group.add_argument(
@@ -74,7 +99,12 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--dropout", type=float, default=0.0, help="input dropout of every layer")
     group.add_argument("--attn-dropout", type=float, default=0.0, help="attention dropout")
-    group.add_argument("--residual", action="store_true", help="linear skip connections")
+    group.add_argument(
+        "--residual",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="GAT: linear skips (default off); NodeFormer: identity skips (default on)",
+    )
     group.add_argument(
         "--lipschitz-norm",
         choices=["paper", "reference-code"],
@@ -86,6 +116,33 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         choices=list(PAIRNORM_MODES),
         default=None,
         help="PairNorm on every hidden layer's output, before the activation (GAT-Pn)",
+    )
+
+
+def add_nodeformer_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "NodeFormer (--model nodeformer; defaults: the authors' Cora)"
+    )
+    group.add_argument("--random-features", type=int, default=30, help="m of Eq. 4")
+    group.add_argument("--tau", type=float, default=0.25, help="Gumbel-Softmax temperature")
+    group.add_argument("--gumbel-samples", type=int, default=10, help="K of Eq. 7")
+    group.add_argument(
+        "--gumbel", action=argparse.BooleanOptionalAction, default=True, help="Eq. 7 (else Eq. 5)"
+    )
+    group.add_argument(
+        "--relational-bias", choices=["sigmoid", "identity", "none"], default="sigmoid"
+    )
+    group.add_argument("--rb-order", type=int, default=2, help="r of the relational bias")
+    group.add_argument("--rb-powers", choices=["paper", "authors"], default="paper")
+    group.add_argument("--qk-scale", choices=["paper", "sqrt_d"], default="paper")
+    group.add_argument("--edge-loss-weight", type=float, default=1.0, help="lambda of Sec. 3.4")
+    group.add_argument("--edge-loss-convention", choices=["paper", "authors"], default="paper")
+    group.add_argument("--layer-norm", action=argparse.BooleanOptionalAction, default=True)
+    group.add_argument(
+        "--conv-activation",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="ELU after every conv (App. C.2; off on Cora, App. C.1)",
     )
 
 
@@ -117,6 +174,12 @@ def add_training_options(parser: argparse.ArgumentParser) -> None:
         help="log balancedness c and the conservation residual every epoch, and the "
         "fraction of parameters changed (GAT-balance Sec. 2); refimpl plot draws them",
     )
+    group.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="random node batches per epoch, each on its induced subgraph (NodeFormer Sec. 4.2)",
+    )
     group.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -129,16 +192,71 @@ def load_data(name: str, args: argparse.Namespace) -> Any:
     if name in GEOM_GCN_NAMES:
         kwargs["split"] = args.split
     dataset = load_dataset(name, root=args.data_root, **kwargs)
+    if args.graph != "input":
+        dataset = replace_graph(dataset, args.graph, args.knn)
     return dataset.astype(np.dtype(args.dtype))
 
 
-def build_model(args: argparse.Namespace, dataset: Any, num_layers: int) -> Any:
-    from refimpl.models import GAT
+def replace_graph(dataset: Any, kind: str, k: int) -> Any:
+    """The dataset on a symmetrised k-NN graph over its features (``"knn"``: u -> v and v -> u
+    for every k-nearest pair, once) or on no edges (``"none"``)."""
+    import dataclasses
 
-    heads = args.heads[0] if len(args.heads) == 1 else tuple(args.heads)
+    from refimpl import Graph
+    from refimpl.data import knn_graph
+
+    n = dataset.num_nodes
+    if kind == "none":
+        return dataclasses.replace(dataset, graph=Graph(np.zeros((2, 0), np.int64), n))
+    src, dst = knn_graph(dataset.x, k).edge_index
+    pairs = np.unique(np.concatenate([src * n + dst, dst * n + src]))  # both directions, once
+    return dataclasses.replace(dataset, graph=Graph(np.stack([pairs // n, pairs % n]), n))
+
+
+def dataset_for_seeds(dataset: Any, args: argparse.Namespace) -> Any:
+    """The dataset, or with ``--random-split`` a function ``seed -> dataset`` on its own split."""
+    if args.random_split is None:
+        return dataset
+    from refimpl.data import random_split
+
+    fractions = tuple(args.random_split)
+    return lambda seed: dataset.with_masks(
+        *random_split(dataset.y, np.random.default_rng([seed, 2]), fractions=fractions)
+    )
+
+
+def build_model(args: argparse.Namespace, dataset: Any, num_layers: int) -> Any:
+    from refimpl.models import GAT, NodeFormer
+
+    if getattr(args, "model", "gat") == "nodeformer":
+        if args.heads is not None and len(args.heads) != 1:
+            raise SystemExit("--model nodeformer takes one --heads value (every layer alike)")
+        return NodeFormer(
+            dataset.num_features,
+            args.hidden or 32,
+            dataset.num_classes,
+            num_layers,
+            heads=args.heads[0] if args.heads else 4,
+            num_random_features=args.random_features,
+            tau=args.tau,
+            num_samples=args.gumbel_samples,
+            use_gumbel=args.gumbel,
+            relational_bias=None if args.relational_bias == "none" else args.relational_bias,
+            rb_order=args.rb_order,
+            rb_powers=args.rb_powers,
+            qk_scale=args.qk_scale,
+            residual=True if args.residual is None else args.residual,
+            layer_norm=args.layer_norm,
+            activation=args.conv_activation,
+            dropout=args.dropout,
+            edge_loss_weight=args.edge_loss_weight,
+            edge_loss_convention=args.edge_loss_convention,
+        )
+    heads = args.heads or [1]
+    heads = heads[0] if len(heads) == 1 else tuple(heads)
     return GAT(
         dataset.num_features,
-        args.hidden,
+        args.hidden or 8,
         dataset.num_classes,
         num_layers,
         heads=heads,
@@ -148,7 +266,7 @@ def build_model(args: argparse.Namespace, dataset: Any, num_layers: int) -> Any:
         activation=args.activation,
         dropout=args.dropout,
         attn_dropout=args.attn_dropout,
-        residual=args.residual,
+        residual=bool(args.residual),
         lipschitz_norm=args.lipschitz_norm,
         pairnorm=args.pairnorm,
     )
@@ -164,6 +282,7 @@ def train_config(args: argparse.Namespace, init: str | None = None) -> TrainConf
         checkpoint_every=args.checkpoint_every,
         init=init or args.init,
         diagnostics=getattr(args, "diagnostics", False),
+        batch_size=getattr(args, "batch_size", None),
     )
 
 

@@ -11,8 +11,10 @@ from typing import Any
 from refimpl.cli.options import (
     add_data_options,
     add_model_options,
+    add_nodeformer_options,
     add_training_options,
     build_model,
+    dataset_for_seeds,
     default_out,
     load_data,
     train_config,
@@ -35,6 +37,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", type=Path, default=None, help="default runs/sweep-<time>")
     add_data_options(parser)
     add_model_options(parser)
+    add_nodeformer_options(parser)
     add_training_options(parser)
     parser.set_defaults(run=run)
 
@@ -81,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
                 try:
                     summary = run_seeds(
                         functools.partial(build_model, args, dataset, depth),
-                        dataset,
+                        dataset_for_seeds(dataset, args),
                         train_config(args, init=init),
                         args.seeds,
                         run_dir,

@@ -9,8 +9,10 @@ from pathlib import Path
 from refimpl.cli.options import (
     add_data_options,
     add_model_options,
+    add_nodeformer_options,
     add_training_options,
     build_model,
+    dataset_for_seeds,
     default_out,
     load_data,
     train_config,
@@ -23,7 +25,7 @@ __all__ = ["add_parser", "run"]
 def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "train",
-        help="train a GAT (default: a synthetic graph, under a minute)",
+        help="train a GAT or a NodeFormer (default: a synthetic graph, under a minute)",
         description="Full-batch training with model selection at the best validation "
         "accuracy; writes log.jsonl, final.npz and summary.json to --out.",
     )
@@ -46,6 +48,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     add_data_options(parser)
     add_model_options(parser)
+    add_nodeformer_options(parser)
     add_training_options(parser)
     parser.set_defaults(run=run)
 
@@ -55,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
     out = args.out or (args.resume.parent if args.resume else default_out("train"))
     dataset = load_data(args.dataset, args)
     print(f"data   {dataset.summary()}")
+    if args.random_split is not None:
+        print(f"split  random {tuple(args.random_split)} per seed s, from default_rng([s, 2])")
     model = build_model(args, dataset, args.layers)
     print(f"model  {model}")
     config = train_config(args)
@@ -65,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         summary = run_seeds(
             lambda: build_model(args, dataset, args.layers),
-            dataset,
+            dataset_for_seeds(dataset, args),
             config,
             args.seeds,
             out,

@@ -183,6 +183,11 @@ class GAT:
             raise ValueError(f"GAT heads must be positive ints, got {heads!r}")
         return tuple(int(h) for h in heads)
 
+    @property
+    def deterministic_training(self) -> bool:
+        """Whether a training forward is a function of the parameters alone (no dropout drawn)."""
+        return self.dropout == 0 and self.attn_dropout == 0
+
     # -- parameters --------------------------------------------------------------------
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Flat names ``layer{l}.{name}`` and shapes, in order (layer by layer)."""

@@ -63,6 +63,8 @@ def run_seeds(
 ) -> dict[str, Any]:
     """Train once per seed and summarise; with several seeds each gets ``seed{k}/`` in ``out_dir``.
 
+    ``dataset``: a ``NodeDataset``, or a function ``seed -> NodeDataset`` (a split per seed).
+
     ``resume`` (a checkpoint) applies to a single seed only. ``extra`` is stored
     in ``summary.json`` under ``"config"`` (what was run, for the record).
     """
@@ -76,7 +78,7 @@ def run_seeds(
         results.append(
             train_model(
                 build_model(),
-                dataset,
+                dataset(seed) if callable(dataset) else dataset,
                 run_config,
                 out_dir=run_dir,
                 resume=resume,

@@ -1,9 +1,15 @@
-"""Full-batch training of a node classifier, with model selection, logs and checkpoints.
+"""Training of a node classifier (full batch or random node batches), with model selection, logs
+and checkpoints.
 
-One epoch:
+One epoch (with ``batch_size``: steps 1-4 once per batch of a random partition of
+the nodes, each on the subgraph its nodes induce, as NodeFormer Sec. 4.2 trains
+on large graphs; a batch without training nodes is skipped; steps 5-8 on the
+whole graph):
 
     1. forward in training mode (dropout drawn from the run's generator)
-    2. loss on the training nodes (cross-entropy, or BCE for multi-label targets)
+    2. loss on the training nodes (cross-entropy, or BCE for multi-label targets),
+       plus ``model.auxiliary_loss(cache)`` where the model has one (NodeFormer's
+       ``lambda L_e``, whose gradient its backward includes)
     3. backward: gradients of every parameter; stop if any is non-finite
     4. optimiser step; stop if a parameter became non-finite
     5. forward in evaluation mode: train / val / test accuracy of the updated model
@@ -14,8 +20,9 @@ One epoch:
     8. stop early once the training loss is below ``loss_threshold``
        (GAT-balance's protocol stops at 1e-4)
 
-Determinism: parameters are drawn from ``default_rng([seed, 0])`` and dropout
-from ``default_rng([seed, 1])``; a run resumed from a checkpoint restores the
+Determinism: parameters are drawn from ``default_rng([seed, 0])``, dropout (and
+the batches, each epoch's permutation before that epoch's noise) from
+``default_rng([seed, 1])``; a run resumed from a checkpoint restores the
 parameters, the optimiser state and the dropout generator, so it ends
 bit-identical to a run that was never interrupted.
 
@@ -34,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from refimpl.backend import asarray, get_array_module, to_numpy
+from refimpl.backend import asarray, backend_name, get_array_module, to_numpy
 from refimpl.diagnostics import (
     balancedness_summary,
     conservation_residuals,
@@ -68,12 +75,19 @@ class TrainConfig:
     seed: int = 0
     init: str = "xavier"  # initialisation scheme of the model
     diagnostics: bool = False  # log GAT-balance's balancedness and conservation residual
+    batch_size: int | None = None  # None: full batch; else random node partitions per epoch
 
     def __post_init__(self) -> None:
         if self.epochs < 1:
             raise ValueError(f"epochs must be >= 1, got {self.epochs}")
         if self.checkpoint_every < 0:
             raise ValueError(f"checkpoint_every must be >= 0, got {self.checkpoint_every}")
+        if self.batch_size is not None and (
+            isinstance(self.batch_size, bool)
+            or not isinstance(self.batch_size, int)
+            or self.batch_size < 1
+        ):
+            raise ValueError(f"batch_size must be None or a positive int, got {self.batch_size!r}")
 
 
 @dataclass
@@ -178,42 +192,43 @@ def train_model(
     # Without dropout the training forward of epoch t+1 equals the evaluation
     # forward of epoch t (same parameters, no noise drawn), so it is reused: a
     # third less work per epoch, bit-identical results.
-    deterministic = getattr(model, "dropout", 0) == 0 and getattr(model, "attn_dropout", 0) == 0
+    deterministic = bool(getattr(model, "deterministic_training", False))
+    deterministic = deterministic and config.batch_size is None
     reused = None
     epoch = start - 1
     for epoch in epochs:
-        # 1-2 forward in training mode, loss on the training nodes
-        if reused is None:
-            reused = _forward(model, params, x, graph, epoch, training=True, rng=dropout_rng)
-        logits, cache = reused
-        if not bool(get_array_module(logits).isfinite(logits).all()):
-            last = getattr(model, "num_layers", 1) - 1
-            raise TrainingDiverged(
-                f"epoch {epoch}: the logits (output of layer{last}) became non-finite"
-            )
-        loss, loss_cache = loss_block.forward({}, logits, y, masks["train"])
-        train_loss = float(loss)
-        # 3 backward
-        d_logits, _ = loss_block.backward({}, loss_cache, 1.0)
-        _, grads = model.backward(params, cache, d_logits, input_grad=False)
-        bad = _first_non_finite(grads)
-        if bad is not None or not math.isfinite(train_loss):
-            raise TrainingDiverged(
-                f"epoch {epoch}: loss {train_loss}; first non-finite gradient in layer "
-                f"{_layer_of(bad) if bad else '?'} ({bad}); lower the learning rate"
-            )
-        norms = relative_grad_norms(params, grads)
-        absolute_norms = grad_norms(params, grads)
-        # GAT-balance diagnostics of the parameters the gradient was taken at
-        balance_record = _balance_record(params, grads) if config.diagnostics else {}
-        # 4 optimiser step
-        params, opt_state = optimizer.step(params, grads, opt_state)
-        bad = _first_non_finite(params)
-        if bad is not None:
-            raise TrainingDiverged(
-                f"epoch {epoch}: the update made layer {_layer_of(bad)} non-finite ({bad}); "
-                "lower the learning rate"
-            )
+        batches = [None] if config.batch_size is None else _batches(x, config, dropout_rng)
+        weighted_loss, weight = 0.0, 0
+        for batch in batches:
+            if batch is None:  # full batch
+                data = (x, y, masks["train"], graph)
+            else:  # the nodes of one batch and the edges among them (NodeFormer Sec. 4.2)
+                rows = asarray(batch, backend=backend_name(get_array_module(x)))
+                data = (x[rows], y[rows], masks["train"][rows], graph.subgraph(batch))
+                if not bool(data[2].any()):
+                    continue  # no training node: nothing to fit
+            # 1-2 forward in training mode, loss on the training nodes
+            if reused is None:
+                kwargs = {"training": True, "rng": dropout_rng}
+                reused = _forward(model, params, data[0], data[3], epoch, **kwargs)
+            logits, cache = reused
+            reused = None
+            # 3 backward, 4 optimiser step
+            step_loss, grads = _gradients(model, params, cache, logits, data, loss_block, epoch)
+            count = int(data[2].sum())
+            weighted_loss, weight = weighted_loss + step_loss * count, weight + count
+            norms = relative_grad_norms(params, grads)
+            absolute_norms = grad_norms(params, grads)
+            # GAT-balance diagnostics of the parameters the gradient was taken at
+            balance_record = _balance_record(params, grads) if config.diagnostics else {}
+            params, opt_state = optimizer.step(params, grads, opt_state)
+            bad = _first_non_finite(params)
+            if bad is not None:
+                raise TrainingDiverged(
+                    f"epoch {epoch}: the update made layer {_layer_of(bad)} non-finite ({bad}); "
+                    "lower the learning rate"
+                )
+        train_loss = weighted_loss / weight
         # 5-6 evaluate the updated model, select on validation accuracy
         eval_logits, eval_cache = _forward(model, params, x, graph, epoch, training=False)
         reused = (eval_logits, eval_cache) if deterministic else None
@@ -273,6 +288,38 @@ def train_model(
             }
             (out / "changes.json").write_text(json.dumps(changed, indent=2) + "\n")
     return result
+
+
+def _batches(x: Any, config: TrainConfig, rng: np.random.Generator) -> list[np.ndarray]:
+    """A random partition of the nodes into batches of ``config.batch_size`` (the last may be
+    smaller; the authors' ``main-batch.py``), drawn from the run's noise generator."""
+    order = rng.permutation(x.shape[0])  # (N,) on the host
+    return [order[i : i + config.batch_size] for i in range(0, len(order), config.batch_size)]
+
+
+def _gradients(
+    model: Any, params: dict, cache: Any, logits: Any, data: tuple, loss_block: Any, epoch: int
+) -> tuple[float, dict]:
+    """The training loss (supervised plus the model's auxiliary loss, if any) and the gradients
+    of every parameter, or :class:`TrainingDiverged` naming the first non-finite one."""
+    _, y, train_mask, _ = data
+    if not bool(get_array_module(logits).isfinite(logits).all()):
+        last = getattr(model, "num_layers", 1) - 1
+        raise TrainingDiverged(
+            f"epoch {epoch}: the logits (output of layer{last}) became non-finite"
+        )
+    loss, loss_cache = loss_block.forward({}, logits, y, train_mask)
+    auxiliary = getattr(model, "auxiliary_loss", None)
+    train_loss = float(loss) + (auxiliary(cache) if auxiliary is not None else 0.0)
+    d_logits, _ = loss_block.backward({}, loss_cache, 1.0)
+    _, grads = model.backward(params, cache, d_logits, input_grad=False)
+    bad = _first_non_finite(grads)
+    if bad is not None or not math.isfinite(train_loss):
+        raise TrainingDiverged(
+            f"epoch {epoch}: loss {train_loss}; first non-finite gradient in layer "
+            f"{_layer_of(bad) if bad else '?'} ({bad}); lower the learning rate"
+        )
+    return train_loss, grads
 
 
 def _balance_record(params: dict, grads: dict) -> dict[str, Any]:

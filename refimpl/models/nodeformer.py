@@ -1,0 +1,407 @@
+"""``NodeFormer``: the node classifier of Wu et al. (2022), App. C, with hand-written backward.
+
+The model of the authors' ``NodeFormer`` class (github.com/qitianwu/NodeFormer,
+``nodeformer.py``, without its ``use_jk`` option), ``D = hidden_channels``::
+
+    F1  h     = x W_in^T + b_in                  (N, D)  input MLP: one Linear (Sec. 4)
+    F2  h     = LayerNorm(h)                     per node; the code's ``use_bn`` is a LayerNorm
+    F3  h     = ELU(h)                           App. C.1: ELU "only used for input MLP"
+    F4  h^0   = Dropout(h)
+        for l = 0 .. L-1 (parameters ``layer{l}.*``):
+    F5  z     = NodeFormerConv_l(h^l)            (N, D)  Alg. 1, Eq. 7-8; D -> D, ``heads`` heads
+    F6  z     = z + h^l                          residual=True (code: ``use_residual``)
+    F7  z     = LayerNorm_l(z)                   layer_norm=True (code: ``use_bn``)
+    F8  z     = ELU(z)                           activation=True (code: ``use_act``; App. C.1: off)
+    F9  h^l+1 = Dropout(z)
+    F10 out   = h^L W_out^T + b_out              (N, out_channels) logits: the one-layer
+                                                 output MLP of Sec. 4
+
+Objective (Sec. 3.4): ``L = L_s + lambda L_e`` with ``L_e = (1/L) sum_l L_e^(l)``,
+each layer's Eq. 10 from its forward cache (:class:`refimpl.nn.NodeFormerEdgeLoss`,
+``edge_loss_convention``), computed in training only (the code:
+``loss -= lamda * sum(link_loss_) / len(link_loss_)``). ``L_e`` depends on the
+layer's input and its ``W_q, b_q, W_k, b_k``, so :meth:`NodeFormer.backward`
+returns the gradient of ``<d_logits, logits> + lambda L_e``: the model's training
+objective once ``d_logits`` is that of ``L_s``. ``cache.edge_loss`` holds ``L_e``
+(unweighted) and :meth:`NodeFormer.auxiliary_loss` ``lambda L_e``.
+
+Randomness (DESIGN.md). Keys of ``noise`` and ``cache.noise``, drawn from ``rng`` in
+this order when not given: ``input.dropout`` ``(N, D)`` keep-mask; then per layer
+``layer{l}.projection`` ``(m, D)`` and ``layer{l}.gumbel`` ``(N, heads, K)`` (the
+conv's own order and shapes) and ``layer{l}.dropout`` ``(N, D)``. Each only when
+used: masks when ``training`` and ``dropout > 0``, Gumbel noise when ``training``
+and ``use_gumbel``; projections always. In evaluation without ``rng`` or a given
+projection, layer ``l`` uses ``draw_projection(default_rng([eval_seed, l]), ...)``,
+the same every call: evaluation (and model selection on it) is deterministic.
+The code instead redraws ``omega`` at every call from a seed taken from ``sum(q)``.
+
+Parameters, in order: ``input.W (D, in)``, ``input.b``, ``input_norm.weight``,
+``input_norm.bias``, per layer ``layer{l}.{NodeFormerConv names}`` then
+``layer{l}.norm.weight``, ``layer{l}.norm.bias`` (``layer_norm``), ``output.W
+(out, D)``, ``output.b``. ``init_params(init="xavier")``: Glorot-uniform weights,
+zero biases, LayerNorm ones and zeros, the conv's own ``b_rel``.
+
+Defaults follow the authors' Cora run (``run.sh``): ``D = 32``, 2 layers, 4 heads,
+``m = 30``, ``K = 10``, ``tau = 0.25``, sigmoid relational bias of order 2,
+``lambda = 1``, residual and LayerNorm on, no activation after the convs, no dropout.
+"""
+
+from __future__ import annotations
+
+import functools
+import numbers
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from refimpl.backend import asarray, backend_name, get_array_module
+from refimpl.graph import Graph
+from refimpl.nn.layernorm import LayerNorm, LayerNormCache
+from refimpl.nn.nodeformer import NodeFormerCache, NodeFormerConv
+from refimpl.nn.nodeformer_edge_loss import (
+    EDGE_LOSS_CONVENTIONS,
+    EdgeLossCache,
+    NodeFormerEdgeLoss,
+)
+from refimpl.nn.random_features import draw_projection
+from refimpl.ops.activations import ELU, ELUCache
+from refimpl.ops.dropout import Dropout, DropoutCache
+from refimpl.ops.linear import Linear, LinearCache
+from refimpl.validation import check_block_inputs, check_cotangent, check_nonnegative_number
+
+__all__ = ["NodeFormer", "NodeFormerLayerCache", "NodeFormerModelCache"]
+
+
+class NodeFormerLayerCache(NamedTuple):
+    """One conv layer's caches (F5-F9); None for a step that is switched off."""
+
+    conv: NodeFormerCache  # F5
+    edge_loss: EdgeLossCache | None  # L_e^(l); None outside training or with lambda = 0
+    norm: LayerNormCache | None  # F7
+    activation: ELUCache | None  # F8
+    dropout: DropoutCache  # F9
+
+
+class NodeFormerModelCache(NamedTuple):
+    """What :meth:`NodeFormer.backward` reads."""
+
+    input_linear: LinearCache  # F1
+    input_norm: LayerNormCache  # F2
+    input_activation: ELUCache  # F3
+    input_dropout: DropoutCache  # F4
+    layers: tuple[NodeFormerLayerCache, ...]  # F5-F9 per layer
+    output: LinearCache  # F10
+    edge_loss: Any  # L_e = mean over layers of Eq. 10 (0-d array); None if not computed
+    noise: dict[str, Any]  # the draws used, as forward(noise=...) takes them
+
+
+@dataclass(frozen=True)
+class NodeFormer:
+    """Input MLP, ``num_layers`` NodeFormerConv layers, output MLP; see the module docstring."""
+
+    in_channels: int
+    hidden_channels: int = 32  # D
+    out_channels: int = 2  # classes
+    num_layers: int = 2  # L conv layers
+    heads: int = 4
+    num_random_features: int = 30  # m
+    tau: float = 0.25
+    num_samples: int = 10  # K
+    use_gumbel: bool = True
+    relational_bias: str | None = "sigmoid"  # None | "sigmoid" | "identity"
+    rb_order: int = 2
+    rb_powers: str = "paper"  # see NodeFormerConv
+    qk_scale: str = "paper"  # see NodeFormerConv
+    projection: str = "orthogonal"
+    residual: bool = True
+    layer_norm: bool = True
+    activation: bool = False  # ELU after each conv (App. C.1: off; App. C.2: on)
+    dropout: float = 0.0  # after the input MLP and after every conv
+    edge_loss_weight: float = 1.0  # lambda of Sec. 3.4; 0 switches the edge loss off
+    edge_loss_convention: str = "paper"  # see NodeFormerEdgeLoss
+    eval_seed: int = 0  # seeds the fixed evaluation projections
+    convs: tuple[NodeFormerConv, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for name in ("in_channels", "hidden_channels", "out_channels", "num_layers"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"NodeFormer {name} must be a positive int, got {value!r}")
+        value = self.dropout
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:
+            raise ValueError(f"NodeFormer dropout must be a probability in [0, 1), got {value!r}")
+        check_nonnegative_number(self.edge_loss_weight, "NodeFormer edge_loss_weight")
+        if self.edge_loss_convention not in EDGE_LOSS_CONVENTIONS:
+            raise ValueError(
+                f"NodeFormer edge_loss_convention must be one of {EDGE_LOSS_CONVENTIONS}, "
+                f"got {self.edge_loss_convention!r}"
+            )
+        for name in ("use_gumbel", "residual", "layer_norm", "activation"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"NodeFormer {name} must be True or False")
+        conv = NodeFormerConv(  # raises on bad heads, m, tau, K, bias options
+            self.hidden_channels,
+            self.hidden_channels,
+            heads=self.heads,
+            num_random_features=self.num_random_features,
+            tau=self.tau,
+            num_samples=self.num_samples,
+            use_gumbel=self.use_gumbel,
+            relational_bias=self.relational_bias,
+            rb_order=self.rb_order,
+            rb_powers=self.rb_powers,
+            qk_scale=self.qk_scale,
+            projection=self.projection,
+        )
+        object.__setattr__(self, "convs", (conv,) * self.num_layers)
+
+    @property
+    def deterministic_training(self) -> bool:
+        """False: a training forward draws new projections (and Gumbel noise) every call."""
+        return False
+
+    # -- blocks and parameters ---------------------------------------------------------
+    def _blocks(self) -> dict[str, Any]:
+        """The parameterised blocks by parameter prefix, in parameter order."""
+        d = self.hidden_channels
+        blocks: dict[str, Any] = {
+            "input": Linear(self.in_channels, d),
+            "input_norm": LayerNorm(d, "node"),
+        }
+        for i, conv in enumerate(self.convs):
+            blocks[f"layer{i}"] = conv
+            if self.layer_norm:
+                blocks[f"layer{i}.norm"] = LayerNorm(d, "node")
+        blocks["output"] = Linear(d, self.out_channels)
+        return blocks
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Flat names ``{block}.{name}`` and shapes, in order (module docstring)."""
+        return {
+            f"{prefix}.{name}": shape
+            for prefix, block in self._blocks().items()
+            for name, shape in block.param_shapes().items()
+        }
+
+    def _sub(self, params: dict[str, Any], prefix: str) -> dict[str, Any]:
+        """The parameters of block ``prefix`` under the block's own names."""
+        names = self._blocks()[prefix].param_shapes()
+        return {name: params[f"{prefix}.{name}"] for name in names}
+
+    def init_params(
+        self,
+        rng: np.random.Generator,
+        init: str = "xavier",
+        backend: str | None = None,
+        dtype: Any = np.float64,
+    ) -> dict[str, Any]:
+        """Each block's own initialisation, drawn from ``rng`` in parameter order."""
+        if init != "xavier":
+            raise ValueError(
+                f"NodeFormer supports init='xavier' only (Glorot-uniform weights, as the "
+                f"authors' code), got {init!r}"
+            )
+        params = {}
+        for prefix, block in self._blocks().items():
+            for name, value in block.init_params(rng, backend=backend, dtype=dtype).items():
+                params[f"{prefix}.{name}"] = value
+        return params
+
+    def auxiliary_loss(self, cache: NodeFormerModelCache) -> float:
+        """``lambda L_e`` of the forward that returned ``cache`` (0 where not computed)."""
+        if cache.edge_loss is None:
+            return 0.0
+        return self.edge_loss_weight * float(cache.edge_loss)
+
+    # -- forward -----------------------------------------------------------------------
+    def forward(
+        self,
+        params: dict[str, Any],
+        x: Any,
+        graph: Graph,
+        training: bool = False,
+        rng: np.random.Generator | None = None,
+        noise: dict[str, Any] | None = None,
+    ) -> tuple[Any, NodeFormerModelCache]:
+        """Logits ``(N, out_channels)`` for ``x`` ``(N, in_channels)``, and the cache.
+
+        ``noise`` gives draws by the keys of the module docstring; the rest come from
+        ``rng`` (evaluation projections: from ``eval_seed`` when ``rng`` is None).
+        """
+        check_block_inputs(params, self.param_shapes(), "NodeFormer", x, self.in_channels)
+        noise = dict(noise or {})
+        unknown = sorted(set(noise) - set(self._noise_keys(training)))
+        if unknown:
+            raise ValueError(
+                f"noise has keys {unknown} this forward does not use; it uses "
+                f"{self._noise_keys(training)} (training={training})"
+            )
+        missing = [key for key in self._noise_keys(training, rng is None) if key not in noise]
+        if missing and rng is None:
+            raise ValueError(
+                f"NodeFormer(training={training}) needs random draws {missing}: pass "
+                "rng=numpy.random.default_rng(seed), or noise= with these keys (the "
+                "cache.noise of an earlier call replays it)"
+            )
+        blocks, used = self._blocks(), {}
+        dropout = Dropout(self.dropout)
+
+        def drop(key: str, h: Any) -> tuple[Any, DropoutCache]:
+            out, drop_cache = dropout.forward({}, h, training, rng, noise.get(key))
+            if drop_cache.mask is not None:
+                used[key] = drop_cache.mask
+            return out, drop_cache
+
+        # F1-F4 input MLP (N, in) -> (N, D)
+        h, input_linear = blocks["input"].forward(self._sub(params, "input"), x)
+        h, input_norm = blocks["input_norm"].forward(self._sub(params, "input_norm"), h)
+        h, input_activation = ELU().forward({}, h)
+        h, input_dropout = drop("input.dropout", h)
+        layers, edge_losses = [], []
+        for i, conv in enumerate(self.convs):
+            conv_params = self._sub(params, f"layer{i}")
+            conv_noise = self._conv_noise(i, noise, training, rng, x)
+            # F5 all-pair message passing with relational bias (N, D)
+            z, conv_cache = conv.forward(conv_params, h, graph, training, rng, conv_noise)
+            used.update({f"layer{i}.{key}": value for key, value in conv_cache.noise.items()})
+            edge_cache = None
+            if training and self.edge_loss_weight > 0:  # L_e^(l) of Eq. 10
+                loss, edge_cache = self._edge_loss(conv).forward(conv_params, conv_cache)
+                edge_losses.append(loss)
+            # F6 residual
+            if self.residual:
+                z = z + h
+            # F7 LayerNorm
+            norm_cache = None
+            if self.layer_norm:
+                z, norm_cache = blocks[f"layer{i}.norm"].forward(
+                    self._sub(params, f"layer{i}.norm"), z
+                )
+            # F8 ELU
+            activation_cache = None
+            if self.activation:
+                z, activation_cache = ELU().forward({}, z)
+            # F9 dropout
+            h, dropout_cache = drop(f"layer{i}.dropout", z)
+            layer = NodeFormerLayerCache(
+                conv_cache, edge_cache, norm_cache, activation_cache, dropout_cache
+            )
+            layers.append(layer)
+        # F10 output MLP (N, D) -> (N, out)
+        logits, output_cache = blocks["output"].forward(self._sub(params, "output"), h)
+        edge_loss = sum(edge_losses) / len(edge_losses) if edge_losses else None
+        cache = NodeFormerModelCache(
+            input_linear,
+            input_norm,
+            input_activation,
+            input_dropout,
+            tuple(layers),
+            output_cache,
+            edge_loss,
+            {key: used[key] for key in self._noise_keys(training) if key in used},
+        )
+        return logits, cache
+
+    def _noise_keys(self, training: bool, required: bool = False) -> list[str]:
+        """The keys a forward in this mode may use, in draw order; ``required``: only those
+        that must come from ``noise`` or ``rng`` (evaluation projections need neither)."""
+        keys = ["input.dropout"] if training and self.dropout > 0 else []
+        for i in range(self.num_layers):
+            if training or not required:
+                keys.append(f"layer{i}.projection")
+            if training and self.use_gumbel:
+                keys.append(f"layer{i}.gumbel")
+            if training and self.dropout > 0:
+                keys.append(f"layer{i}.dropout")
+        return keys
+
+    def _conv_noise(self, i: int, noise: dict, training: bool, rng: Any, x: Any) -> dict:
+        """Layer ``i``'s given draws under the conv's keys; in evaluation without ``rng``,
+        the fixed projection of ``eval_seed``."""
+        given = {
+            key: noise[f"layer{i}.{key}"]
+            for key in ("projection", "gumbel")
+            if f"layer{i}.{key}" in noise
+        }
+        if not training and rng is None and "projection" not in given:
+            omega = _evaluation_projection(
+                self.eval_seed, i, self.num_random_features, self.hidden_channels, self.projection
+            )
+            backend = backend_name(get_array_module(x))
+            given["projection"] = asarray(omega, backend=backend, dtype=x.dtype)
+        return given
+
+    def _edge_loss(self, conv: NodeFormerConv) -> NodeFormerEdgeLoss:
+        return NodeFormerEdgeLoss(conv, self.edge_loss_convention)
+
+    # -- backward ----------------------------------------------------------------------
+    def backward(
+        self,
+        params: dict[str, Any],
+        cache: NodeFormerModelCache,
+        d_logits: Any,
+        input_grad: bool = True,
+    ) -> tuple[Any, dict[str, Any]]:
+        """Gradients of ``<d_logits, logits> + lambda L_e`` (``L_e`` as computed in the forward;
+        none in evaluation): ``(d_x (N, in) or None, d_params keyed like params)``."""
+        x = cache.input_linear.x
+        check_cotangent(d_logits, (x.shape[0], self.out_channels), x.dtype, x, name="d_logits")
+        blocks, d_params = self._blocks(), {}
+        dropout = Dropout(self.dropout)
+
+        def collect(prefix: str, grads: dict[str, Any]) -> None:
+            for name, grad in grads.items():
+                key = f"{prefix}.{name}"
+                d_params[key] = d_params[key] + grad if key in d_params else grad
+
+        # B10 (of F10) output MLP
+        d_h, grads = blocks["output"].backward(self._sub(params, "output"), cache.output, d_logits)
+        collect("output", grads)
+        edge_scale = self.edge_loss_weight / self.num_layers  # d (lambda L_e) / d L_e^(l)
+        for i in reversed(range(self.num_layers)):
+            conv, layer = self.convs[i], cache.layers[i]
+            conv_params = self._sub(params, f"layer{i}")
+            # B9 (of F9) dropout
+            d_z, _ = dropout.backward({}, layer.dropout, d_h)
+            # B8 (of F8) ELU
+            if layer.activation is not None:
+                d_z, _ = ELU().backward({}, layer.activation, d_z)
+            # B7 (of F7) LayerNorm
+            if layer.norm is not None:
+                prefix = f"layer{i}.norm"
+                d_z, grads = blocks[prefix].backward(self._sub(params, prefix), layer.norm, d_z)
+                collect(prefix, grads)
+            # B6 (of F6) the residual's identity path, added to d h^l below
+            d_skip = d_z if self.residual else None
+            # B5 (of F5) the conv
+            d_h, grads = conv.backward(conv_params, layer.conv, d_z)
+            collect(f"layer{i}", grads)
+            if d_skip is not None:
+                d_h = d_h + d_skip
+            # the edge loss of this layer reads its input and W_q, b_q, W_k, b_k
+            if layer.edge_loss is not None:
+                d_edge_x, grads = self._edge_loss(conv).backward(
+                    conv_params, layer.edge_loss, edge_scale
+                )
+                d_h = d_h + d_edge_x
+                collect(f"layer{i}", grads)
+        # B4-B1 (of F4-F1) input MLP
+        d_h, _ = dropout.backward({}, cache.input_dropout, d_h)
+        d_h, _ = ELU().backward({}, cache.input_activation, d_h)
+        d_h, grads = blocks["input_norm"].backward(
+            self._sub(params, "input_norm"), cache.input_norm, d_h
+        )
+        collect("input_norm", grads)
+        d_x, grads = blocks["input"].backward(self._sub(params, "input"), cache.input_linear, d_h)
+        collect("input", grads)
+        return (d_x if input_grad else None), {name: d_params[name] for name in params}
+
+
+@functools.lru_cache(maxsize=64)
+def _evaluation_projection(seed: int, layer: int, m: int, c: int, kind: str) -> np.ndarray:
+    """Layer ``layer``'s fixed evaluation ``omega (m, c)``, drawn once per configuration (the QR
+    of the orthogonal draw would otherwise run at every evaluation); read-only."""
+    omega = draw_projection(np.random.default_rng([seed, layer]), m, c, kind=kind)
+    omega.setflags(write=False)
+    return omega
