@@ -52,7 +52,7 @@ __all__ = [
 ]
 
 # Modules whose checks run, in report order; importing one registers its checks.
-CHECK_MODULES: tuple[str, ...] = ("softmax", "conservation", "lipschitz", "prf", "prf_gumbel")
+CHECK_MODULES: tuple[str, ...] = ("softmax", "conservation", "lipschitz", "prf")
 
 
 def load_checks() -> dict[str, Check]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from proofs_check import conservation, lipschitz, prf, prf_gumbel, softmax
+from proofs_check import conservation, lipschitz, prf, softmax
 from refimpl.diagnostics import conservation_residuals
 from refimpl.graph import Graph
 from refimpl.init import orthogonal
@@ -309,4 +309,4 @@ ERRATA += [
     ),
 ]
 
-ERRATA += [*prf.errata(), *prf_gumbel.errata()]
+ERRATA += prf.errata()

@@ -1,4 +1,4 @@
-"""proofs_check.prf and prf_gumbel: NodeFormer's random-feature and Gumbel checks.
+"""proofs_check.prf: NodeFormer's random-feature and Gumbel checks.
 
 Each check passes, on every backend and budget, and each can fail: a test swaps
 in a broken estimator, noise or bound and asserts the verdict flips. The pieces
@@ -19,7 +19,9 @@ from hypothesis import strategies as st
 from scipy import stats
 from scipy.special import logsumexp, softmax
 
-from proofs_check import prf, prf_gumbel, runner
+from proofs_check import prf, runner
+from proofs_check.prf import estimates, kernel, moments, thm1
+from proofs_check.prf import gumbel as prf_gumbel
 from proofs_check.registry import DEFAULT_CASES, REGISTRY, Context
 from refimpl.nn.kernel_attention import KernelizedSoftmax
 from refimpl.nn.random_features import draw_projection, positive_random_features
@@ -27,7 +29,7 @@ from tests.strategies import seeds
 
 CHECK_IDS = [i for i in REGISTRY if i.startswith("prf.")]
 FAST = 4
-ERRATA = [*prf.errata(), *prf_gumbel.errata()]
+ERRATA = prf.errata()
 
 
 def _context(seed: int = 0) -> Context:
@@ -117,23 +119,29 @@ def _unnormalised_features(x, omega, shift=0.0):
 @pytest.mark.parametrize(
     ("check_id", "module", "name", "broken", "cases"),
     [
-        ("prf.prop1.mean", prf, "positive_random_features", _scaled_features(1.05), FAST),
-        ("prf.orthogonal.mean", prf, "positive_random_features", _scaled_features(1.05), FAST),
-        ("prf.orthogonal.mean", prf, "draw_projection", _unsigned_orthogonal, FAST),
-        ("prf.prop1.variance", prf, "draw_projection", _paired_rows, FAST),
+        ("prf.prop1.mean", estimates, "positive_random_features", _scaled_features(1.05), FAST),
+        (
+            "prf.orthogonal.mean",
+            estimates,
+            "positive_random_features",
+            _scaled_features(1.05),
+            FAST,
+        ),
+        ("prf.orthogonal.mean", estimates, "draw_projection", _unsigned_orthogonal, FAST),
+        ("prf.prop1.variance", estimates, "draw_projection", _paired_rows, FAST),
         # Eq. 18 without its factor 1 - exp(-|x + y|^2)
         (
             "prf.prop1.variance",
-            prf,
+            kernel,
             "eq18_variance",
             lambda x, y, m: math.exp(float(np.sum((x + y) ** 2) + 2 * x @ y)) / m,
             FAST,
         ),
-        ("prf.orthogonal.variance", prf, "draw_projection", _paired_rows, FAST),
-        ("prf.thm1.rate", prf, "positive_random_features", _scaled_features(1.05), FAST),
-        ("prf.thm1.bound", prf, "thm1_exponent", lambda r, tau: 6 * r / tau, 0),  # as printed
-        ("prf.thm1.chebyshev", prf, "positive_random_features", _scaled_features(1.5), FAST),
-        ("prf.eq5.rate", prf, "KernelizedSoftmax", _Biased, 0),
+        ("prf.orthogonal.variance", estimates, "draw_projection", _paired_rows, FAST),
+        ("prf.thm1.rate", estimates, "positive_random_features", _scaled_features(1.05), FAST),
+        ("prf.thm1.bound", thm1, "thm1_exponent", lambda r, tau: 6 * r / tau, 0),  # as printed
+        ("prf.thm1.chebyshev", estimates, "positive_random_features", _scaled_features(1.5), FAST),
+        ("prf.eq5.rate", thm1, "KernelizedSoftmax", _Biased, 0),
         ("prf.gumbel.prop2", prf_gumbel, "gumbel_noise", _normal_noise, 0),
         ("prf.gumbel.prop3", prf_gumbel, "gumbel_noise", _normal_noise, 0),
         ("prf.gumbel.thm2", prf_gumbel, "gumbel_noise", lambda rng, shape: np.zeros(shape), 0),
@@ -159,13 +167,13 @@ def test_a_broken_piece_fails_its_check(monkeypatch, check_id, module, name, bro
 def test_an_understated_variance_fails_the_chebyshev_check(monkeypatch) -> None:
     # V_m / 100: the threshold sqrt(V_m / eps) shrinks tenfold and the fraction inside drops.
     real = prf.eq18_log_variance
-    monkeypatch.setattr(prf, "eq18_log_variance", lambda x, y, m: real(x, y, m) - math.log(100))
+    monkeypatch.setattr(thm1, "eq18_log_variance", lambda x, y, m: real(x, y, m) - math.log(100))
     record = REGISTRY["prf.thm1.chebyshev"](cases=DEFAULT_CASES)
     assert not record.passed and record.measured < 1 - 0.5, record
 
 
 def test_a_check_that_evaluates_no_case_fails(monkeypatch) -> None:
-    monkeypatch.setattr(prf, "kernel_cases", lambda *args, **kwargs: [])
+    monkeypatch.setattr(kernel, "kernel_cases", lambda *args, **kwargs: [])
     record = REGISTRY["prf.prop1.mean"](cases=FAST)
     assert record.n_cases == 0 and not record.passed
 
@@ -206,7 +214,7 @@ def test_eq18_and_the_variance_of_s2_match_quadrature(d, m, exponent, seed) -> N
     draws = 1000
     mu4_m = (fourth + 3 * (m - 1) * variance**2) / m**3
     expected = mu4_m / draws - (variance / m) ** 2 * (draws - 3) / (draws * (draws - 1))
-    got, _ = prf._sample_variance_moments(x, y, m, draws)
+    got, _ = moments._sample_variance_moments(x, y, m, draws)
     assert got == pytest.approx(expected, rel=1e-8, abs=1e-15 * mean**4)
 
 
@@ -218,7 +226,7 @@ def test_the_skewness_of_s2_matches_simulated_log_normals() -> None:
     x = np.array([math.sqrt(s2) / 2])
     normal = np.random.default_rng(8).standard_normal((reps, draws, m))
     variances = np.exp(math.sqrt(s2) * normal - s2 / 2).mean(axis=2).var(axis=1, ddof=1)
-    _, predicted = prf._sample_variance_moments(x, x, m, draws)
+    _, predicted = moments._sample_variance_moments(x, x, m, draws)
     assert abs(stats.skew(variances) - predicted) <= 0.15 * predicted + 4 * math.sqrt(6 / reps)
 
 
@@ -366,7 +374,7 @@ def test_errata_are_complete_unique_and_demonstrated() -> None:
 
 
 def test_checks_and_errata_run_through_the_cli(monkeypatch) -> None:
-    # As they will once registered (CHECK_MODULES += prf, prf_gumbel; ERRATA += these):
+    # As they will once registered (CHECK_MODULES += prf; ERRATA += these):
     # "prf.eq" selects the check prf.eq5.rate and the errata on Eq. 20, 28, 30, 34, 35, 43, 51.
     monkeypatch.setattr(runner, "ERRATA", ERRATA)
     out = io.StringIO()

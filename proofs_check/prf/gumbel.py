@@ -17,9 +17,8 @@ is ``c_uv = beta_v e^{g_v/tau} / sum_w beta_w e^{g_w/tau}``; its argmax is that 
                            per-sample outputs (``V = I``), to rounding
 =========================  ==============================================================
 
-Chi-square tests use Pearson's ``X^2 = sum (O - E)^2 / E`` against the ``1 -
-FALSE_ALARM / tests`` quantile of ``chi^2_{N-1}`` (:func:`chi2_threshold`), with every
-expected count above 5; ``measured = X^2``, ``bound`` = that quantile.
+Chi-square tests: :func:`~proofs_check.prf.statistics.pearson` against
+:func:`~proofs_check.prf.statistics.chi2_threshold` (see :mod:`proofs_check.prf.statistics`).
 
 Thm 2 as printed (``m`` "sufficiently large", then ``tau -> 0``) is false: for any
 fixed ``m``, ``tau log beta_v -> -|k_v|^2 / 2 + const`` as ``tau -> 0``, so the argmax
@@ -28,11 +27,6 @@ order: as ``m -> infinity`` at fixed ``tau``, ``tau log beta_v -> q^T k_v`` and 
 argmax law tends to ``softmax(q^T k)`` for every ``tau`` (``tau -> 0`` then only makes
 ``c`` one-hot). ``prf.gumbel.thm2`` checks that, with ``m`` growing as ``tau`` falls
 (:func:`thm2_features`); erratum ``prf.thm2.order_of_limits`` shows the other.
-
-Errata found here (:func:`errata`): ``prf.eq35.ratio``, ``prf.eq28.exponent``,
-``prf.eq30.one_hot_index``, ``prf.thm2.order_of_limits``, ``prf.eq34.not_iid``,
-``prf.eq43.not_an_expectation`` and ``prf.eq51.sigma_squared`` (its counterexample
-is :func:`proofs_check.prf.eq51_sigma_evidence`).
 """
 
 from __future__ import annotations
@@ -41,24 +35,16 @@ import math
 from typing import Any
 
 import numpy as np
-from scipy import stats
-from scipy.special import logsumexp, softmax
+from scipy.special import softmax
 
-from proofs_check import prf
-from proofs_check.prf import FALSE_ALARM, TAUS, evidence, projection_stack, z_threshold
+from proofs_check.prf.estimates import TAUS, projection_stack
+from proofs_check.prf.statistics import chi2_threshold, pearson, z_threshold
 from proofs_check.registry import Context, WorstCase, check
 from refimpl.backend import to_numpy
 from refimpl.nn.kernel_attention import AllPairSoftmax, KernelizedSoftmax
-from refimpl.nn.random_features import feature_exponent, positive_random_features
+from refimpl.nn.random_features import positive_random_features
 
-__all__ = [
-    "argmax_bias",
-    "chi2_threshold",
-    "errata",
-    "gumbel_noise",
-    "pearson",
-    "thm2_features",
-]
+__all__ = ["CATEGORICAL_DRAWS", "PAIR_DRAWS", "argmax_bias", "gumbel_noise", "thm2_features"]
 
 PAIR_DRAWS = 20000  # Gumbel pairs per case of Prop. 2: standard error <= 0.0036
 CATEGORICAL_DRAWS = 20000  # Gumbel samples per case of Prop. 3
@@ -73,18 +59,6 @@ def gumbel_noise(rng: np.random.Generator, shape: Any) -> np.ndarray:
     (probability ``2^-53`` per entry: that node loses)."""
     with np.errstate(divide="ignore"):
         return -np.log(-np.log(rng.random(shape)))
-
-
-def chi2_threshold(tests: int, df: int) -> float:
-    """The ``1 - FALSE_ALARM / tests`` quantile of ``chi^2_df`` (Bonferroni over ``tests``)."""
-    return float(stats.chi2.isf(FALSE_ALARM / max(tests, 1), df))
-
-
-def pearson(counts: Any, probabilities: Any) -> float:
-    """Pearson's ``X^2 = sum_v (O_v - n p_v)^2 / (n p_v)`` of one sample of counts."""
-    counts = np.asarray(counts, dtype=float)
-    expected = counts.sum() * np.asarray(probabilities, dtype=float)
-    return float(np.sum((counts - expected) ** 2 / expected))
 
 
 # -- Prop. 2 and 3 ----------------------------------------------------------------------------
@@ -299,231 +273,3 @@ def eq7_library(ctx: Context) -> WorstCase:
         allowance = 4 * (m + n + 12 + (d + 2) * t + float(np.abs(g).max()) / tau) * eps
         worst.add(np.abs(to_numpy(cache.outputs) - direct), allowance * direct)
     return worst
-
-
-# -- errata ---------------------------------------------------------------------------------
-def _frequency_test(hits: Any, p: float) -> tuple[float, float]:
-    """``(frequency, z standard error)`` of a 0/1 sample against probability ``p``."""
-    hits = np.asarray(hits, dtype=float)
-    return float(hits.mean()), z_threshold(1) * math.sqrt(p * (1 - p) / hits.size)
-
-
-def eq35_evidence() -> Any:
-    """Eq. 35's comparison at ``log alpha_v = 1``, ``log alpha_v' = 0``, sampled."""
-    rng = np.random.default_rng(35)
-    g = gumbel_noise(rng, (2, PAIR_DRAWS))
-    frequency, _ = _frequency_test(1.0 + g[0] > 0.0 + g[1], 0.5)
-    printed, correct = 1 / (1 + math.e), math.e / (1 + math.e)  # a_v' / (a_v + a_v'), a_v / ...
-    tolerance = z_threshold(1) * math.sqrt(correct * (1 - correct) / PAIR_DRAWS)
-    return evidence(
-        abs(frequency - printed) <= tolerance,
-        abs(frequency - correct) <= tolerance,
-        f"P(log a_v + g_v > log a_v' + g_v') sampled {frequency:.4f} ({PAIR_DRAWS} pairs, z se "
-        f"{tolerance:.4f}); printed a_v'/(a_v + a_v') = {printed:.4f}, Eq. 35's own middle line "
-        f"1/(1 + exp(log a_v' - log a_v)) = a_v/(a_v + a_v') = {correct:.4f}",
-    )
-
-
-def eq28_evidence() -> Any:
-    """Eq. 28-29 at ``alpha = (0.2, 0.3, 0.5)``, ``k = 3``: which exponent gives ``P = alpha_k``."""
-    alpha, k = np.array([0.2, 0.3, 0.5]), 2
-    printed_power = alpha.sum() / alpha[k]  # (alpha_1 + ... + alpha_n) / alpha_k
-    correct_power = (alpha.sum() - alpha[k]) / alpha[k]  # sum_{i != k} alpha_i / alpha_k
-    # int_0^1 u^p du = 1 / (p + 1): the probability each exponent gives
-    printed, correct = 1 / (printed_power + 1), 1 / (correct_power + 1)
-    rng = np.random.default_rng(28)
-    winners = np.argmax(np.log(alpha)[:, None] + gumbel_noise(rng, (3, CATEGORICAL_DRAWS)), axis=0)
-    frequency, tolerance = _frequency_test(winners == k, alpha[k])
-    return evidence(
-        abs(printed - alpha[k]) <= 1e-12 or abs(frequency - printed) <= tolerance,
-        abs(correct - alpha[k]) <= 1e-12 and abs(frequency - correct) <= tolerance,
-        f"alpha = (0.2, 0.3, 0.5), k = 3: printed exponent (alpha_1+alpha_2+alpha_3)/alpha_3 = "
-        f"{printed_power:g} gives int u^p = {printed:.4f}; sum_(i!=k) alpha_i/alpha_k = "
-        f"{correct_power:g} gives {correct:.4f} = alpha_3; sampled Gumbel-max {frequency:.4f}",
-    )
-
-
-def eq30_evidence() -> Any:
-    """Eq. 30's limit at ``alpha = (0.6, 0.4)``, ``tau = 1e-6``, with the library's Eq. 6."""
-    rng = np.random.default_rng(30)
-    logits = np.log(np.array([[0.6, 0.4], [0.5, 0.5]]))  # row 0 is the case; row 1 a filler
-    eye = np.eye(2)
-    _, cache = AllPairSoftmax(1e-6).forward({}, logits, eye, eye, gumbel_noise(rng, (2, 20000)))
-    samples = cache.probabilities[:, 0, :]  # (K, 2): Prop. 3's X at tau = 1e-6
-    one_hot = float(np.mean(samples.max(axis=1) >= 1 - 1e-9))
-    frequency, tolerance = _frequency_test(samples[:, 1] >= 1 - 1e-9, 0.4)
-    return evidence(
-        frequency <= tolerance,  # printed: X_(argmax alpha) = X_1 = 1 in the limit, always
-        abs(frequency - 0.4) <= tolerance and one_hot >= 0.999,
-        f"alpha = (0.6, 0.4), tau = 1e-6, 20000 samples of X (library AllPairSoftmax): one-hot "
-        f"in {one_hot:.4f} of them, at index 2 (alpha_2 < alpha_1) in {frequency:.4f}, as "
-        "P = alpha_2 = 0.4 says; the printed limit puts the 1 at argmax alpha = index 1 always",
-    )
-
-
-def order_of_limits_evidence() -> Any:
-    """Thm 2 at fixed ``m = 64`` and ``tau = 1e-8``: the argmax law is ``softmax(-|k|^2/2)``."""
-    tau, m, draws = 1e-8, 64, 10000
-    q = np.array([0.6, 0.0])
-    keys = np.array([[0.8, 0.3], [-0.5, 0.2], [0.1, -0.9], [0.3, 0.3], [-0.2, -0.1]])
-    rng = np.random.default_rng(2)
-    omega = projection_stack(rng, draws, m, 2, "iid")  # one fresh projection per sample
-    # The library's Eq. 4 exponents; phi itself underflows at tau = 1e-8, so beta is
-    # taken in the log domain: tau log beta_v = tau (logsumexp_i (a_i(x) + a_i(y_v)) - log m).
-    exponents = feature_exponent(np.vstack([q, keys]) / math.sqrt(tau), omega)  # (6, draws m)
-    pairs = (exponents[1:] + exponents[0]).reshape(len(keys), draws, m)
-    scaled_log_beta = tau * (logsumexp(pairs, axis=2) - math.log(m)).T  # (draws, N)
-    winners = np.argmax(scaled_log_beta + gumbel_noise(rng, scaled_log_beta.shape), axis=1)
-    counts = np.bincount(winners, minlength=len(keys))
-    claimed, limit = softmax(keys @ q), softmax(-0.5 * np.sum(keys**2, axis=1))
-    threshold = chi2_threshold(1, len(keys) - 1)
-    to_claimed, to_limit = pearson(counts, claimed), pearson(counts, limit)
-    return evidence(
-        to_claimed <= threshold,
-        to_limit <= threshold,
-        f"q = (0.6, 0), 5 keys, m = {m}, tau = {tau:g}, {draws} samples: frequencies "
-        f"{np.round(counts / draws, 3).tolist()}; softmax(q^T k) = {np.round(claimed, 3).tolist()} "
-        f"(X^2 = {to_claimed:.0f}), softmax(-|k|^2/2) = {np.round(limit, 3).tolist()} (X^2 = "
-        f"{to_limit:.1f}); threshold {threshold:.1f}",
-    )
-
-
-def _beta_pair(q: Any, k_v: Any, k_w: Any, m: int, draws: int, seed: int) -> np.ndarray:
-    """``(beta_v, beta_w)`` of Eq. 34 for ``draws`` projections of ``m`` rows: ``(draws, 2)``."""
-    ctx = Context(rng=np.random.default_rng(seed), cases=0, xp=np)
-    omega = projection_stack(ctx.rng, draws, m, q.size, "iid")
-    features = positive_random_features(np.vstack([q, k_v, k_w]), omega)  # tau = 1
-    return draws * (features[1:] * features[0]).reshape(2, draws, m).sum(axis=2).T
-
-
-def eq34_evidence() -> Any:
-    """Eq. 34's ``beta_v``, ``beta_v'`` at ``q = k_v = (1/2, 0)``, ``k_v' = (0, 1/2)``, m = 8."""
-    q = k_v = np.array([0.5, 0.0])
-    k_w, m, draws = np.array([0.0, 0.5]), 8, 4000
-    beta = _beta_pair(q, k_v, k_w, m, draws, 34)
-    means = np.exp([q @ k_v, q @ k_w])  # e^0.25, 1: not identically distributed
-    # E[f_v f_v'] of one shared feature: exp(|2q + k_v + k_v'|^2/2 - |q|^2 - (|k_v|^2 + |k_v'|^2)/2)
-    moment = math.exp(
-        float(np.sum((2 * q + k_v + k_w) ** 2)) / 2 - q @ q - (k_v @ k_v + k_w @ k_w) / 2
-    )
-    exact = (moment - means[0] * means[1]) / m  # Cov(beta_v, beta_v') of shared features
-    products = (beta[:, 0] - beta[:, 0].mean()) * (beta[:, 1] - beta[:, 1].mean())
-    sample, error = float(products.mean()), float(products.std()) / math.sqrt(draws)
-    z = z_threshold(2)
-    difference = beta[:, 0] - beta[:, 1]
-    same_mean = abs(difference.mean()) <= z * difference.std() / math.sqrt(draws)
-    correlation = float(np.corrcoef(beta.T)[0, 1])
-    return evidence(
-        abs(sample) <= z * error and same_mean,
-        abs(sample - exact) <= z * error,
-        f"means e^(q^T k) = {means[0]:.4f}, {means[1]:.4f} (sampled {beta[:, 0].mean():.4f}, "
-        f"{beta[:, 1].mean():.4f}); Cov = (E[f_v f_v'] - SM_v SM_v') / m = {exact:.4f}, sampled "
-        f"{sample:.4f} +- {z * error:.4f} (correlation {correlation:.2f}): they share omega",
-    )
-
-
-def eq43_evidence() -> Any:
-    """Eq. 43's ``E(c)`` at ``m = 1``, ``q = k_v = (1, 0)``, ``k_v' = (0, 1)``, ``tau = 1``."""
-    q, k_v, k_w, draws = np.array([1.0, 0.0]), np.array([1.0, 0.0]), np.array([0.0, 1.0]), 20000
-    beta = _beta_pair(q, k_v, k_w, 1, draws, 43)
-    c = np.log(beta[:, 0]) - np.log(beta[:, 1])  # = w^T (k_v - k_v') + (|k_v'|^2 - |k_v|^2) / 2
-    printed = float(q @ (k_v - k_w))  # (1/tau)(log alpha_v - log alpha_v')
-    exact = 0.5 * float(k_w @ k_w - k_v @ k_v)  # E(c) at m = 1
-    mean, tolerance = float(c.mean()), z_threshold(1) * float(c.std()) / math.sqrt(draws)
-    return evidence(
-        abs(mean - printed) <= tolerance,
-        abs(mean - exact) <= tolerance,
-        f"m = 1: c = w^T (k_v - k_v') + (|k_v'|^2 - |k_v|^2)/2, so E(c) = {exact:g}; sampled "
-        f"{mean:.4f} +- {tolerance:.4f} ({draws} draws); printed (1/tau)(log a_v - log a_v') = "
-        f"{printed:g}",
-    )
-
-
-def errata() -> list[Any]:
-    """The :class:`proofs_check.errata.Erratum` entries of Prop. 2-3 and Thm 2's proof (lazy:
-    ``errata`` imports this module)."""
-    from proofs_check.errata import Erratum
-
-    return [
-        Erratum(
-            id="prf.eq35.ratio",
-            paper="NodeFormer",
-            location="App. B.2, Eq. 35, last line",
-            printed="P(log a_v + g_v > log a_v' + g_v') = ... = a_v' / (a_v + a_v')",
-            correct="= 1 / (1 + exp(log a_v' - log a_v)) = a_v / (a_v + a_v') (Prop. 2; Eq. 49 "
-            "uses this value)",
-            counterexample="log a_v = 1, log a_v' = 0 (q^T k_v = 1, q^T k_v' = 0), 20000 pairs",
-            evaluate=eq35_evidence,
-        ),
-        Erratum(
-            id="prf.eq28.exponent",
-            paper="NodeFormer",
-            location="App. B.2, proof of Prop. 3, Eq. 26 and 28",
-            printed="u_k^(a_1/a_k) ... u_k^(a_n/a_k) = g_k^((a_1 + ... + a_n)/a_k) = "
-            "g_k^(1/a_k - 1)",
-            correct="the product runs over i != k (Eq. 26's k-th line compares X_k with itself): "
-            "u_k^(sum_(i!=k) a_i/a_k) = u_k^(1/a_k - 1) for sum a = 1; the middle exponent is "
-            "1/a_k",
-            counterexample="alpha = (0.2, 0.3, 0.5), k = 3",
-            evaluate=eq28_evidence,
-        ),
-        Erratum(
-            id="prf.eq30.one_hot_index",
-            paper="NodeFormer",
-            location="App. B.2, Eq. 30 and the sentence after it",
-            printed="lim_(tau->0) exp((log a_i + g_i - log a_j - g_j)/tau) = inf if a_i > a_j, 0 "
-            "otherwise; the limit is one-hot at X_(argmax_i a_i)",
-            correct="inf if log a_i + g_i > log a_j + g_j: the one-hot sits at the random index "
-            "argmax_i (log a_i + g_i), equal to k with probability a_k / sum a (Eq. 31)",
-            counterexample="alpha = (0.6, 0.4), tau = 1e-6, 20000 samples",
-            evaluate=eq30_evidence,
-        ),
-        Erratum(
-            id="prf.thm2.order_of_limits",
-            paper="NodeFormer",
-            location="Thm 2 (Sec. 3.2) and App. B.2, Eq. 48-50",
-            printed="m sufficiently large: lim_(tau->0) P(c_uv > c_uv', all v') = "
-            "softmax(q^T k)_v; proof: lim_(P_eps->1) lim_(tau->0)",
-            correct="at any fixed m, tau log beta_v -> -(|q|^2 + |k_v|^2)/2 as tau -> 0, so the "
-            "limit is softmax(-|k_v|^2/2)_v: q drops out (and P_eps does not stay near 1: "
-            "sigma_v^2 / a_v^(2/tau) = (e^(|q+k_v|^2/tau) - 1)/m grows without bound while Eq. "
-            "36 needs eps_v < a_v^(1/tau)). softmax(q^T k) is lim_(tau->0) lim_(m->inf), indeed "
-            "lim_(m->inf) at every tau (checked by prf.gumbel.thm2)",
-            counterexample="q = (0.6, 0), keys (0.8, 0.3), (-0.5, 0.2), (0.1, -0.9), (0.3, 0.3), "
-            "(-0.2, -0.1), m = 64, tau = 1e-8, 10000 samples (log domain)",
-            evaluate=order_of_limits_evidence,
-        ),
-        Erratum(
-            id="prf.eq34.not_iid",
-            paper="NodeFormer",
-            location="App. B.2, after Eq. 34 and in Eq. 39",
-            printed="beta_v and beta_v' are two i.i.d. random variables",
-            correct="they share omega (and q_u): dependent, Cov = (E[f_v f_v'] - SM_v SM_v') / m, "
-            "and with means e^(q^T k_v / tau) that differ; Eq. 39's product bound needs an "
-            "argument (the union bound gives 1 - s_v^2/e_v^2 - s_v'^2/e_v'^2, enough for Eq. 49)",
-            counterexample="q = k_v = (0.5, 0), k_v' = (0, 0.5), tau = 1, m = 8, 4000 draws",
-            evaluate=eq34_evidence,
-        ),
-        Erratum(
-            id="prf.eq43.not_an_expectation",
-            paper="NodeFormer",
-            location="App. B.2, the sentence before Eq. 43 (and E(c) in Eq. 43-46)",
-            printed="c = log beta_v - log beta_v', so that E(c) = (1/tau)(log a_v - log a_v')",
-            correct="E(c) differs from it (Jensen: E log beta_v < log E beta_v, by amounts that "
-            "differ between keys; equal only as m -> inf); the proof needs only the constant "
-            "c* = (1/tau)(log a_v - log a_v'), around which Eq. 42 bounds c",
-            counterexample="m = 1, q = k_v = (1, 0), k_v' = (0, 1), tau = 1, 20000 draws",
-            evaluate=eq43_evidence,
-        ),
-        Erratum(
-            id="prf.eq51.sigma_squared",
-            paper="NodeFormer",
-            location="App. B.2, Eq. 51 (sigma^2 in the proof of Thm 2)",
-            printed="sigma^2 = (1/m) exp(-(||x||^2 + ||y||^2)/2) sum_i exp(w_i^T (x + y))",
-            correct="sigma^2 = exp(||x+y||^2) SM^2(x, y) (1 - exp(-||x+y||^2)) / m (Eq. 18); the "
-            "printed expression is the estimator SM^_m itself: random, mean exp(x^T y), not -> 0",
-            counterexample="x = y = 0 (SM^_m = 1 exactly: variance 0, printed 1), and "
-            "x = (0.3, 0), y = (0.1, 0.1); m = 8",
-            evaluate=prf.eq51_sigma_evidence,
-        ),
-    ]
