@@ -1,0 +1,262 @@
+"""Benchmark: one NodeFormer layer's forward + backward, linear in N, beside exact O(N^2) attention.
+
+Ours: one ``refimpl.nn.NodeFormerConv`` (64 in and out channels, one head,
+``m = 30`` random features, ``K = 10`` Gumbel samples, ``tau = 0.25``,
+relational bias ``"sigmoid"`` of order 1) in training mode (``use_gumbel``: the
+projection ``omega`` and the Gumbel noise are drawn in every step, as in
+training), forward and backward with ``d_x``, on standard-normal features and a
+random directed graph with ``E = 10 N`` edges (sources and targets uniform, so
+average degree 10; the layer adds one self-loop per node). Exact: the attention
+alone (no projections, no relational bias), ``refimpl.nn.kernel_attention.AllPairSoftmax``
+with the same ``tau``, ``K`` and widths (``q, k, v (N, 64)`` standard normal,
+``gumbel (N, K)``), forward and backward. At its peak it holds about ``3 K + 3``
+arrays of ``N x N`` (forward: ``q k^T``, then ``K`` slabs each of the scores, their
+shifted exponentials and the probabilities; backward: the ``K`` probabilities, two
+``(K, N, N)`` temporaries and a few single ``N x N`` ones), so it runs only where
+``N^2 * itemsize * (3 K + 3)`` is at most 8 GB (``1e9`` bytes).
+
+Each (N, implementation) pair runs in its own subprocess, so its peak memory is
+its own, with ``--threads`` threads (default 2; ``OMP_NUM_THREADS`` and
+friends). Time: the median over a few steps after one warm-up step (fewer steps
+at large N). Memory: the peak resident memory above the process's resident
+memory once the inputs, graph and parameters are built (Linux: the peak mark is
+reset through ``/proc/self/clear_refs``), so it includes the structures the
+first step builds and caches on the graph (self-loops, segments, sparse
+matrices). Prints a table and the goals (issue 6):
+
+1. time is linear: the least-squares log-log slope of ``ours_s`` over the N run
+   in ``[1e4, 1e6]`` is at most 1.1;
+2. ``N = 1e6``: forward + backward in at most 10 s (on 2 cores, float32);
+3. memory is linear: the same slope of ``ours_peak_mb`` is at most 1.1.
+
+The exit code is 0 whatever the goals give (a benchmark, not a test)::
+
+    python scripts/bench_nodeformer.py [--sizes 1e3 1e4] [--dtype float32] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+
+CHANNELS = 64  # d: in and out channels
+FEATURES = 30  # m = num_random_features
+SAMPLES = 10  # K = num_samples
+TAU = 0.25  # NodeFormerConv's default temperature
+DEGREE = 10  # average degree of the random graph: E = DEGREE * N
+SIZES = (1e3, 3e3, 1e4, 3e4, 1e5, 3e5, 1e6)
+EXACT_LIMIT_BYTES = 8e9  # exact attention is skipped when its estimate exceeds this
+EXACT_ARRAYS = 3 * SAMPLES + 3  # N x N arrays held at exact attention's peak (docstring)
+FIT_RANGE = (1e4, 1e6)  # the N of goals 1 and 3
+SLOPE_GOAL, SECONDS_GOAL = 1.1, 10.0
+
+
+def repeats_for(n: int, which: str = "ours") -> int:
+    """Timed steps after the warm-up: fewer at large N (exact attention: at N > 1e3)."""
+    if which == "exact":
+        return 5 if n <= 1_000 else 3
+    return 7 if n <= 10_000 else 5 if n <= 100_000 else 3
+
+
+def exact_estimate_bytes(n: int, itemsize: int) -> float:
+    """Exact attention's peak memory estimate: ``N^2 * itemsize * (3 K + 3)``."""
+    return float(n) * n * itemsize * EXACT_ARRAYS
+
+
+def _reset_peak_rss() -> float:
+    """Reset the kernel's peak-RSS mark (Linux ``clear_refs``); return the current RSS in MB."""
+    with open("/proc/self/clear_refs", "w") as stream:
+        stream.write("5")
+    return _status_mb("VmRSS")
+
+
+def _status_mb(field: str) -> float:
+    with open("/proc/self/status") as stream:
+        for line in stream:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def _time(step, repeats: int) -> float:
+    """Median seconds of ``repeats`` calls of ``step`` after one warm-up call."""
+    import statistics
+    import time
+
+    step()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def run_ours(n: int, dtype: str, repeats: int) -> dict:
+    """Time and peak memory of NodeFormerConv's forward + backward (in this process)."""
+    import numpy as np
+
+    from refimpl.graph import Graph
+    from refimpl.nn.nodeformer import NodeFormerConv
+
+    rng = np.random.default_rng(0)
+    layer = NodeFormerConv(
+        CHANNELS,
+        CHANNELS,
+        heads=1,
+        num_random_features=FEATURES,
+        tau=TAU,
+        num_samples=SAMPLES,
+        use_gumbel=True,
+        relational_bias="sigmoid",
+        rb_order=1,
+    )
+    params = layer.init_params(rng, dtype=np.dtype(dtype))
+    x = rng.standard_normal((n, CHANNELS)).astype(dtype)
+    graph = Graph(rng.integers(0, n, (2, DEGREE * n)), n)
+    d_out = rng.standard_normal((n, CHANNELS)).astype(dtype)
+    baseline = _reset_peak_rss()
+
+    def step() -> None:
+        _, cache = layer.forward(params, x, graph, training=True, rng=rng)
+        layer.backward(params, cache, d_out, input_grad=True)
+
+    seconds = _time(step, repeats)
+    return {"s": seconds, "peak_mb": _status_mb("VmHWM") - baseline}
+
+
+def run_exact(n: int, dtype: str, repeats: int) -> dict:
+    """Time and peak memory of AllPairSoftmax's forward + backward with Gumbel noise."""
+    import numpy as np
+
+    from refimpl.nn.kernel_attention import AllPairSoftmax
+
+    rng = np.random.default_rng(0)
+    q, k, v, d_z = (rng.standard_normal((n, CHANNELS)).astype(dtype) for _ in range(4))
+    gumbel = -np.log(-np.log(rng.random((n, SAMPLES)))).astype(dtype)
+    block = AllPairSoftmax(TAU)
+    baseline = _reset_peak_rss()
+
+    def step() -> None:
+        _, cache = block.forward({}, q, k, v, gumbel)
+        block.backward({}, cache, d_z)
+
+    seconds = _time(step, repeats)
+    return {"s": seconds, "peak_mb": _status_mb("VmHWM") - baseline}
+
+
+def _child(which: str, n: int, dtype: str, threads: int) -> dict:
+    """``run_<which>`` in a fresh interpreter with ``threads`` BLAS/OpenMP threads."""
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": str(threads),
+        "OPENBLAS_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+    }
+    here = os.path.dirname(os.path.abspath(__file__))
+    paths = [here, os.path.dirname(here)]  # this script, and refimpl from the repository root
+    code = (
+        f"import json, sys; sys.path[:0] = {paths!r}; import bench_nodeformer as b; "
+        f"print(json.dumps(b.run_{which}({n}, {dtype!r}, {repeats_for(n, which)})))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{which} at N = {n} failed:\n{done.stderr}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def loglog_slope(records: list[dict], key: str) -> tuple[float | None, list[int]]:
+    """Least-squares slope of ``log record[key]`` against ``log n`` over N in FIT_RANGE,
+    and the N used; None with fewer than two."""
+    points = [(r["n"], r[key]) for r in records if FIT_RANGE[0] <= r["n"] <= FIT_RANGE[1]]
+    if len(points) < 2 or any(value <= 0 for _, value in points):
+        return None, [n for n, _ in points]
+    xs = [math.log(n) for n, _ in points]
+    ys = [math.log(value) for _, value in points]
+    x_mean, y_mean = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = sum((a - x_mean) * (b - y_mean) for a, b in zip(xs, ys, strict=True)) / sum(
+        (a - x_mean) ** 2 for a in xs
+    )
+    return slope, [n for n, _ in points]
+
+
+def goal_lines(records: list[dict], dtype: str, threads: int) -> list[str]:
+    """The three goals with the measured values and PASS / FAIL (or not measured)."""
+    lines = []
+    low, high = (f"1e{math.log10(n):.0f}" for n in FIT_RANGE)
+    span = f"N in [{low}, {high}]"
+    for number, key, what in ((1, "ours_s", "time"), (3, "ours_peak_mb", "peak memory")):
+        slope, used = loglog_slope(records, key)
+        if slope is None:
+            verdict = f"not measured (needs 2 or more N run in [{low}, {high}], got {len(used)})"
+        else:
+            status = "PASS" if slope <= SLOPE_GOAL else "FAIL"
+            verdict = f"{slope:.3f} over N = {', '.join(str(n) for n in used)}: {status}"
+        text = f"goal {number} ({what} linear: log-log slope over {span} <= {SLOPE_GOAL}): "
+        lines.append((number, text + verdict))
+    at_million = [r for r in records if r["n"] == 1_000_000]
+    text = f"goal 2 (N = 1e6 forward + backward <= {SECONDS_GOAL:g} s on 2 cores in float32): "
+    if not at_million:
+        text += "not measured (N = 1e6 not run)"
+    else:
+        seconds = at_million[0]["ours_s"]
+        text += f"{seconds:.2f} s: {'PASS' if seconds <= SECONDS_GOAL else 'FAIL'}"
+        if dtype != "float32" or threads != 2:
+            text += f" (measured with {dtype} and {threads} threads, not the goal's setting)"
+    lines.append((2, text))
+    return [text for _, text in sorted(lines)]
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--sizes", type=float, nargs="+", default=SIZES, help="N values (default 1e3 ... 1e6)"
+    )
+    parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    parser.add_argument("--threads", type=int, default=2, help="BLAS/OpenMP threads (default 2)")
+    parser.add_argument("--json", metavar="PATH", help="write one record per N here")
+    args = parser.parse_args(argv)
+    sizes = sorted({round(size) for size in args.sizes})
+    if sizes[0] < 1:
+        parser.error("--sizes must be positive")
+    itemsize = 4 if args.dtype == "float32" else 8
+
+    records = []
+    print(
+        f"NodeFormerConv d={CHANNELS}, m={FEATURES}, K={SAMPLES}, 1 head, Gumbel training, "
+        f"sigmoid relational bias (order 1), E = {DEGREE} N; {args.dtype}, {args.threads} threads"
+    )
+    print(f"{'N':>9} {'ours s':>9} {'ours MB':>9} {'exact s':>9} {'exact MB':>9} {'ratio':>7}")
+    for n in sizes:
+        ours = _child("ours", n, args.dtype, args.threads)
+        record = {"n": n, "ours_s": ours["s"], "ours_peak_mb": ours["peak_mb"]}
+        estimate = exact_estimate_bytes(n, itemsize)
+        if estimate <= EXACT_LIMIT_BYTES:
+            exact = _child("exact", n, args.dtype, args.threads)
+            record.update(exact_s=exact["s"], exact_peak_mb=exact["peak_mb"])
+            tail = f"{exact['s']:>9.4f} {exact['peak_mb']:>9.0f} {exact['s'] / ours['s']:>7.1f}"
+        else:
+            tail = f"{'skipped':>9} {f'~{estimate / 1e9:.0f} GB':>9} {'':>7}"
+        records.append(record)
+        print(f"{n:>9} {ours['s']:>9.4f} {ours['peak_mb']:>9.0f} {tail}", flush=True)
+    print(
+        f"seconds: median of {repeats_for(1)}/{repeats_for(100_000)}/{repeats_for(10**6)} steps "
+        f"(N <= 1e4 / <= 1e5 / larger; exact {repeats_for(1, 'exact')}/"
+        f"{repeats_for(10**6, 'exact')} for N <= 1e3 / larger) after one warm-up; "
+        "MB: peak RSS above the inputs; "
+        f"ratio = exact / ours; exact skipped where N^2 * {itemsize} B * {EXACT_ARRAYS} > 8 GB"
+    )
+    for line in goal_lines(records, args.dtype, args.threads):
+        print(line)
+    if args.json:
+        with open(args.json, "w") as stream:
+            json.dump(records, stream, indent=2)
+    return records
+
+
+if __name__ == "__main__":
+    main()
