@@ -234,7 +234,8 @@ def thm2(ctx: Context) -> WorstCase:
     "KernelizedSoftmax per sample; |c_lib - c| vs rounding",
 )
 def eq7_library(ctx: Context) -> WorstCase:
-    """The ``c_uv`` these checks sample are the library's Eq. 7 (``V = I_N``, ``cache.outputs``).
+    """The ``c_uv`` these checks sample are the library's Eq. 7 (``V = I_N``, per sample:
+    ``KernelizedSoftmax.sample_outputs``).
 
     Direct: ``phi`` of Eq. 4 (unstabilised) on ``q / sqrt(tau)``, ``k / sqrt(tau)`` and
     ``e^{g/tau}``, normalised per sample; library: the stabilised log-domain form.
@@ -271,5 +272,6 @@ def eq7_library(ctx: Context) -> WorstCase:
         norm_y = float(np.linalg.norm(k, axis=1).max()) / math.sqrt(tau)
         t = float(np.linalg.norm(omega, axis=1).max()) * (norm_x + norm_y) + norm_x**2 + norm_y**2
         allowance = 4 * (m + n + 12 + (d + 2) * t + float(np.abs(g).max()) / tau) * eps
-        worst.add(np.abs(to_numpy(cache.outputs) - direct), allowance * direct)
+        outputs = to_numpy(KernelizedSoftmax.sample_outputs(cache))  # (K, N, N)
+        worst.add(np.abs(outputs - direct), allowance * direct)
     return worst

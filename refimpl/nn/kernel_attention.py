@@ -28,14 +28,17 @@ With ``a(x)_i = w_i^T x - ||x||^2 / 2`` (:func:`feature_exponent`):
 
 * query features ``exp(a(q_u) - max_i a(q_u)_i) / sqrt(m)``: a per-query factor,
   cancels in the ratio (``stabilizer="row"`` of :mod:`refimpl.nn.random_features`);
-* key features factored as ``phi_k[v] w[v, s]`` with
-  ``phi_k[v] = exp(a(k_v) - r_v) / sqrt(m)``, ``r_v = max_i a(k_v)_i``, and the
-  key weights ``w[v, s] = exp(r_v + g_vs / tau - c_s)``, ``c_s = max_v (r_v +
-  g_vs / tau)``. The per-key ``r_v`` enters both factors with opposite signs, so
-  the product is ``exp(a(k_v) + g_vs / tau - c_s) / sqrt(m)``: Alg. 1 line 6's
-  ``e^{g_vs/tau} phi(k_v)`` times one factor ``e^{-c_s}`` common to all keys of
-  sample ``s``, which cancels in that sample's ratio. Every exponent is ``<= 0``
-  (nothing overflows) and ``max_v w[v, s] = 1``.
+* per-sample key features ``K~[v, s, i] = exp((a(k_v)_i - r_v) + (r_v + g_vs / tau
+  - c_s)) / sqrt(m)`` with ``r_v = max_i a(k_v)_i`` and ``c_s = max_v (r_v + g_vs /
+  tau)``: Alg. 1 line 6's ``e^{g_vs/tau} phi(k_v)`` times one factor ``e^{-c_s}``
+  common to all keys of sample ``s``, which cancels in that sample's ratio. Both
+  bracketed terms are ``<= 0`` (nothing overflows) and each sample's largest key
+  holds a feature ``1 / sqrt(m)``.
+* exponents below ``log(finfo.tiny) + 40`` give exact zeros instead of subnormal
+  floats, which slow every product they enter 10-100 times on x86 (with Gumbel
+  noise at ``tau = 0.25`` a fifth of the float32 key weights fell there). The
+  flushed terms are below ``2.8e-21`` (float32; ``5e-291`` in float64) against a
+  ``1 / sqrt(m)`` in every sum they enter: a relative change below ``N m 2.8e-21``.
 
 Alg. 1 line 6 also multiplies the *query* features by ``G_k``: a per-query
 factor that cancels in line 8, so it is left out. The backward holds every
@@ -77,7 +80,7 @@ from refimpl.backend import get_array_module
 from refimpl.nn.random_features import (
     check_features_input,
     feature_exponent,
-    positive_random_features_backward,
+    feature_exponent_backward,
 )
 from refimpl.validation import (
     NonFiniteError,
@@ -175,12 +178,11 @@ class KernelizedSoftmaxCache(NamedTuple):
     v: Any  # (N, d_v)
     omega: Any  # (m, d) projection, held fixed
     query_features: Any  # (N, m) phi(Q / sqrt tau), per-query shift
-    key_features: Any  # (N, m) phi(K / sqrt tau), per-key shift r_v (undone by key_weights)
-    key_weights: Any  # (N, K) exp(r_v + g_vs / tau - c_s)
-    kv: Any  # (K, m, d_v) U_s = K~_s^T V (Alg. 1 line 7)
+    keys: Any  # (N, K, m) K~_s[v] = e^{g_vs/tau} phi(k_v / sqrt tau), per-sample shift c_s
+    kv: Any  # (K m, d_v) U_s = K~_s^T V stacked over s (Alg. 1 line 7)
     k_sum: Any  # (K, m) O_s = K~_s^T 1 (Alg. 1 line 7)
-    denominators: Any  # (K, N) phi(q_u)^T O_s
-    outputs: Any  # (K, N, d_v) the per-sample ratios, averaged into Z
+    denominators: Any  # (N, K) phi(q_u)^T O_s
+    coefficients: Any  # (N, K) 1 / (K den_us): sample s's weight in query u's average
 
 
 @dataclass(frozen=True)
@@ -189,9 +191,11 @@ class KernelizedSoftmax:
 
     ``forward({}, q (N, d), k (N, d), v (N, d_v), omega (m, d), gumbel=None | (N, K))
     -> (z (N, d_v), cache)``; ``backward({}, cache, d_z) -> ((d_q, d_k, d_v), {})``.
-    ``O(N m (d + K d_v))`` time, ``O(N K (m + d_v))`` memory. ``omega`` and
-    ``gumbel`` are noise (no gradient) and must share ``q``'s dtype and backend.
-    Stabilisation, what cancels, ``N = 1`` and zero denominators: module docstring.
+    ``O(N K m (d + d_v))`` time, ``O(N K m)`` memory: the ``K`` samples share one
+    ``(N, K m)`` layout, so every product is one matrix product and no ``(K, N, d_v)``
+    array is formed. ``omega`` and ``gumbel`` are noise (no gradient) and must share
+    ``q``'s dtype and backend. Stabilisation, what cancels, flushed subnormals, ``N = 1``
+    and zero denominators: module docstring.
     """
 
     tau: float = 1.0  # temperature; 1 is Eq. 5 as printed (the authors' code defaults to 0.25)
@@ -209,53 +213,51 @@ class KernelizedSoftmax:
         xp = _check_inputs("KernelizedSoftmax", params, q, k, v, gumbel, omega)
         n, m = q.shape[0], omega.shape[0]
         scale = 1.0 / math.sqrt(self.tau)
-        inv_sqrt_m = 1.0 / math.sqrt(m)
+        log_sqrt_m = 0.5 * math.log(m)  # Eq. 4's 1 / sqrt(m), in the log domain
         # F1 features are taken of q / sqrt(tau), k / sqrt(tau) (Eq. 6-7, Alg. 1 line 6)  (N, d)
         q_scaled, k_scaled = q * scale, k * scale
         # F2 exponents of Eq. 4 (N, m)
         a_q, a_k = feature_exponent(q_scaled, omega), feature_exponent(k_scaled, omega)
         # F3 the Gumbel log-weights g / tau (Alg. 1 line 4, in the log domain)  (N, K)
         log_weights = xp.zeros((n, 1), dtype=q.dtype) if gumbel is None else gumbel / self.tau
+        samples = log_weights.shape[1]
         if self.stabilize:
             # F4 query features, per-query shift (cancels in line 8)  (N, m)
-            query_features = xp.exp(a_q - xp.max(a_q, axis=1, keepdims=True)) * inv_sqrt_m
-            # F5 key features with the per-key shift r_v, which F6 puts back  (N, m), (N, 1)
-            r = xp.max(a_k, axis=1, keepdims=True)
-            key_features = xp.exp(a_k - r) * inv_sqrt_m
-            # F6 key weights exp(r_v + g_vs/tau - c_s), c_s common to sample s's keys  (N, K)
+            query_features = _exp_flushed(a_q - (xp.max(a_q, axis=1, keepdims=True) + log_sqrt_m))
+            # F5-F7 per-sample key features exp(a(k_v) + g_vs/tau - c_s) / sqrt(m): the per-key
+            # r_v enters both terms with opposite signs, c_s is common to sample s (Alg. 1 lines
+            # 5-6)  (N, K, m)
+            r = xp.max(a_k, axis=1, keepdims=True)  # (N, 1)
             log_weights = r + log_weights
-            key_weights = xp.exp(log_weights - xp.max(log_weights, axis=0, keepdims=True))
+            log_weights = log_weights - (xp.max(log_weights, axis=0, keepdims=True) + log_sqrt_m)
+            keys = _exp_flushed(log_weights[:, :, None] + (a_k - r)[:, None, :])
         else:
-            # F4-F6 as printed: phi of Eq. 4 and e^{g / tau}
-            query_features = xp.exp(a_q) * inv_sqrt_m
-            key_features = xp.exp(a_k) * inv_sqrt_m
-            key_weights = xp.exp(log_weights)
-        # F7 per-sample key features K~_s = diag(w_s) phi_k (Alg. 1 lines 5-6)  (K, N, m)
-        keys = key_weights.T[:, :, None] * key_features[None]
-        # F8 U_s = K~_s^T V: (K, m, N) @ (N, d_v) -> (K, m, d_v); O_s = K~_s^T 1 (K, m) (line 7)
-        kv = keys.transpose(0, 2, 1) @ v
-        k_sum = xp.sum(keys, axis=1)
-        # F9 numerators phi_q U_s: (N, m) @ (K, m, d_v) -> (K, N, d_v);
-        #    denominators O_s phi_q^T: (K, m) @ (m, N) -> (K, N)  (line 8)
-        numerators = query_features @ kv
-        denominators = k_sum @ query_features.T
+            # F4-F7 as printed: phi of Eq. 4 and e^{g / tau}
+            query_features = xp.exp(a_q - log_sqrt_m)
+            keys = xp.exp(log_weights)[:, :, None] * xp.exp(a_k - log_sqrt_m)[:, None, :]
+        flat_keys = keys.reshape(n, samples * m)  # (N, K m), sample-major columns
+        # F8 U_s = K~_s^T V for all s at once: (K m, N) @ (N, d_v); O_s = K~_s^T 1 (line 7)
+        kv = flat_keys.T @ v  # (K m, d_v)
+        k_sum = xp.sum(flat_keys, axis=0).reshape(samples, m)  # (K, m)
+        # F9 denominators phi_q O_s^T: (N, m) @ (m, K) -> (N, K)  (line 8)
+        denominators = query_features @ k_sum.T
         if not bool(xp.all(xp.isfinite(denominators) & (denominators > 0))):
             raise NonFiniteError(_denominator_message(self, denominators))
-        # F10 normalise each sample on its own, then average the K samples (line 8)  (N, d_v)
-        outputs = numerators / denominators[:, :, None]  # (K, N, d_v)
-        z = xp.mean(outputs, axis=0)
+        # F10 Z_u = sum_s phi_q[u] U_s / (K den_us): normalise each sample, average (line 8);
+        #     one product over the stacked samples, (N, K m) @ (K m, d_v) -> (N, d_v)
+        coefficients = 1.0 / (samples * denominators)  # (N, K)
+        z = _mixing(coefficients, query_features) @ kv
         cache = KernelizedSoftmaxCache(
             q_scaled,
             k_scaled,
             v,
             omega,
             query_features,
-            key_features,
-            key_weights,
+            keys,
             kv,
             k_sum,
             denominators,
-            outputs,
+            coefficients,
         )
         return z, cache
 
@@ -266,38 +268,66 @@ class KernelizedSoftmax:
         v = cache.v
         check_cotangent(d_z, v.shape, v.dtype, v, name="d_z")
         xp = get_array_module(d_z, v)
-        query_features, kv, k_sum = cache.query_features, cache.kv, cache.k_sum
-        denominators, outputs = cache.denominators, cache.outputs
-        samples = outputs.shape[0]
-        # B10 (of F10): d_outputs_s = d_z / K; ratio rule for num / den
-        d_outputs = d_z[None] / samples  # (1, N, d_v), broadcast over samples
-        d_numerators = d_outputs / denominators[:, :, None]  # (K, N, d_v)
-        d_denominators = -xp.sum(d_outputs * outputs, axis=2) / denominators  # (K, N)
-        # B9 (of F9): (K, N, d_v) @ (K, d_v, m) -> (K, N, m) summed over s; (N, K) @ (K, m)
-        d_query_features = xp.sum(d_numerators @ kv.transpose(0, 2, 1), axis=0)
-        d_query_features = d_query_features + d_denominators.T @ k_sum  # (N, m)
-        d_kv = query_features.T @ d_numerators  # (m, N) @ (K, N, d_v) -> (K, m, d_v)
-        d_k_sum = d_denominators @ query_features  # (K, N) @ (N, m) -> (K, m)
-        # B8 (of F8): d_K~_s = V d_U_s^T + 1 d_O_s^T: (N, d_v) @ (K, d_v, m) -> (K, N, m)
-        keys = cache.key_weights.T[:, :, None] * cache.key_features[None]  # (K, N, m), F7
-        d_keys = v @ d_kv.transpose(0, 2, 1) + d_k_sum[:, None, :]
-        d_v = xp.sum(keys @ d_kv, axis=0)  # (K, N, m) @ (K, m, d_v) -> (N, d_v)
-        # B7 (of F7): the key weights are constants here (see B6-B3)  (N, m)
-        d_key_features = xp.sum(cache.key_weights.T[:, :, None] * d_keys, axis=0)
-        # B6-B3 (of F6-F3): nothing flows into g (noise) or into the shifts: each is held
-        # constant, which is exact because Z does not depend on them (module docstring); so
-        # the features are exp(a - const) / sqrt(m), d a = d_phi * phi
-        # B2 (of F2): through Eq. 4's exponent a = x omega^T - ||x||^2 / 2  (N, d)
+        query_features, keys, kv, k_sum = cache.query_features, cache.keys, cache.kv, cache.k_sum
+        coefficients = cache.coefficients
+        n, samples, m = keys.shape
+        # B10 (of F10) z = P kv with P[u, (s, i)] = coef_us phi_q[u, i]
+        d_kv = _mixing(coefficients, query_features).T @ d_z  # (K m, N) @ (N, d_v)
+        d_mixing = (d_z @ kv.T).reshape(n, samples, m)  # (N, d_v) @ (d_v, K m)
+        d_query_features = xp.einsum("nk,nkm->nm", coefficients, d_mixing)  # (N, m)
+        d_coefficients = xp.einsum("nkm,nm->nk", d_mixing, query_features)  # (N, K)
+        # coef = 1 / (K den): d coef / d den = -coef / den
+        d_denominators = -d_coefficients * coefficients / cache.denominators  # (N, K)
+        # B9 (of F9) den = phi_q O^T: (N, K) @ (K, m); (K, N) @ (N, m)
+        d_query_features = d_query_features + d_denominators @ k_sum
+        d_k_sum = d_denominators.T @ query_features  # (K, m)
+        # B8 (of F8) d_K~ = V d_U^T + 1 d_O^T; d_V = K~ d_U
+        flat_keys = keys.reshape(n, samples * m)
+        d_v = flat_keys @ d_kv  # (N, K m) @ (K m, d_v)
+        d_keys = (v @ d_kv.T).reshape(n, samples, m) + d_k_sum[None]  # (N, K, m)
+        # B7-B3 (of F7-F3): the features are exp(a - shift) / sqrt(m), so d a = sum of d_phi phi;
+        # nothing flows into g (noise) or into the shifts: each is held constant, which is exact
+        # because Z does not depend on them (module docstring)
+        d_a_q = d_query_features * query_features  # (N, m)
+        d_a_k = xp.einsum("nkm,nkm->nm", d_keys, keys)  # (N, m), summed over the samples
+        # B2 (of F2) through Eq. 4's exponent a = x omega^T - ||x||^2 / 2  (N, d)
         omega = cache.omega
-        d_q_scaled = positive_random_features_backward(
-            cache.q_scaled, omega, query_features, d_query_features
-        )
-        d_k_scaled = positive_random_features_backward(
-            cache.k_scaled, omega, cache.key_features, d_key_features
-        )
+        d_q_scaled = feature_exponent_backward(cache.q_scaled, omega, d_a_q)
+        d_k_scaled = feature_exponent_backward(cache.k_scaled, omega, d_a_k)
         # B1 (of F1)
         scale = 1.0 / math.sqrt(self.tau)
         return (d_q_scaled * scale, d_k_scaled * scale, d_v), {}
+
+    @staticmethod
+    def sample_outputs(cache: KernelizedSoftmaxCache) -> Any:
+        """Each sample's normalised output before the average (Eq. 7's ratio per ``s``):
+        ``phi_q U_s / den_s``, ``(K, N, d_v)``; ``z`` is their mean."""
+        samples, m = cache.k_sum.shape
+        kv = cache.kv.reshape(samples, m, -1)  # (K, m, d_v)
+        return (cache.query_features @ kv) / cache.denominators.T[:, :, None]
+
+
+def _mixing(coefficients: Any, query_features: Any) -> Any:
+    """``P (N, K m)``: ``P[u, (s, i)] = coef_us phi_q[u, i]``, F10's query side."""
+    n = coefficients.shape[0]
+    return (coefficients[:, :, None] * query_features[:, None, :]).reshape(n, -1)
+
+
+def _exp_flushed(exponent: Any) -> Any:
+    """``exp(exponent)`` (in place), exactly 0 where it would fall below ``tiny * e^40``.
+
+    Subnormal floats (below ``finfo.tiny``: ``1.2e-38`` in float32) make every product
+    they enter 10-100 times slower on x86; with Gumbel noise at ``tau = 0.25`` a fifth
+    of the key weights land there in float32. Flushing at ``tiny * e^40`` (``2.8e-21``
+    in float32, ``5e-291`` in float64) keeps products with factors down to ``e^-40``
+    normal too. The flushed features are below ``2.8e-21`` while every row of the
+    query features and every sample's keys hold a ``1 / sqrt(m)``, so the sums they
+    enter change by at most ``N m 2.8e-21`` relative, far below float32's ``6e-8``.
+    """
+    xp = get_array_module(exponent)
+    cut = math.log(float(xp.finfo(exponent.dtype).tiny)) + 40.0
+    exponent[exponent < cut] = -math.inf
+    return xp.exp(exponent, out=exponent)
 
 
 def _denominator_message(block: KernelizedSoftmax, denominators: Any) -> str:

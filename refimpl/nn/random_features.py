@@ -155,10 +155,15 @@ def positive_random_features_backward(x: Any, omega: Any, features: Any, d_featu
     ``d phi_ui / d x_u = phi_ui (w_i - x_u)``, so
     ``d_x = (d_phi * phi) omega - rowsum(d_phi * phi) x``: ``(N, d)``.
     """
-    xp = get_array_module(x, d_features)
-    weighted = d_features * features  # (N, m): the cotangent of the exponent a
+    return feature_exponent_backward(x, omega, d_features * features)  # d a = d_phi phi
+
+
+def feature_exponent_backward(x: Any, omega: Any, d_exponent: Any) -> Any:
+    """Vjp of :func:`feature_exponent` in ``x``: ``a = x omega^T - ||x||^2 / 2`` gives
+    ``d_x = d_a omega - rowsum(d_a) x``, ``(N, m) -> (N, d)``."""
+    xp = get_array_module(x, d_exponent)
     # (N, m) @ (m, d) -> (N, d); (N, 1) * (N, d)
-    return weighted @ omega - xp.sum(weighted, axis=1, keepdims=True) * x
+    return d_exponent @ omega - xp.sum(d_exponent, axis=1, keepdims=True) * x
 
 
 class RandomFeaturesCache(NamedTuple):

@@ -101,7 +101,8 @@ def test_gradient_check_catches_a_backward_without_the_denominator_term() -> Non
     # constant) leaves the numerator's gradient only.
     class Broken(KernelizedSoftmax):
         def backward(self, params: dict, cache: object, d_z: np.ndarray) -> tuple:
-            huge = cache._replace(outputs=np.zeros_like(cache.outputs))  # d_den = 0
+            # d_den = -d_coef coef / den = 0
+            huge = cache._replace(denominators=np.full_like(cache.denominators, np.inf))
             return super().backward(params, huge, d_z)
 
     inputs = make_setup(2)
