@@ -258,7 +258,8 @@ def eq7_library(ctx: Context) -> WorstCase:
         if extreme is not None:
             g[:, 0] = np.where(np.arange(n) % 2 == 0, extreme, -extreme)
         eye = ctx.asarray(np.eye(n))
-        _, cache = KernelizedSoftmax(tau).forward(
+        block = KernelizedSoftmax(tau)
+        _, cache = block.forward(
             {}, ctx.asarray(q), ctx.asarray(k), eye, ctx.asarray(omega), ctx.asarray(g)
         )
         x, y = ctx.asarray(q / math.sqrt(tau)), ctx.asarray(k / math.sqrt(tau))
@@ -272,6 +273,6 @@ def eq7_library(ctx: Context) -> WorstCase:
         norm_y = float(np.linalg.norm(k, axis=1).max()) / math.sqrt(tau)
         t = float(np.linalg.norm(omega, axis=1).max()) * (norm_x + norm_y) + norm_x**2 + norm_y**2
         allowance = 4 * (m + n + 12 + (d + 2) * t + float(np.abs(g).max()) / tau) * eps
-        outputs = to_numpy(KernelizedSoftmax.sample_outputs(cache))  # (K, N, N)
+        outputs = to_numpy(block.sample_outputs(cache))  # (K, N, N)
         worst.add(np.abs(outputs - direct), allowance * direct)
     return worst
