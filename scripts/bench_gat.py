@@ -26,6 +26,9 @@ import os
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # scripts/: shared helpers
+from peak_memory import reset_peak_rss, status_mb
+
 CONFIGS = {
     "a": "2-layer GAT v1, 8 heads x 8, ELU, dropout 0.6",
     "b": "10-layer GATv2, width 64, 1 head, shared W",
@@ -50,21 +53,6 @@ def _load_cora():
     train = np.zeros(2708, bool)
     train[:140] = True
     return x, graph, rng.integers(0, 7, 2708), train, "random graph of Cora's size"
-
-
-def _reset_peak_rss() -> float:
-    """Reset the kernel's peak-RSS mark (Linux ``clear_refs``); return the current RSS in MB."""
-    with open("/proc/self/clear_refs", "w") as stream:
-        stream.write("5")
-    return _status_mb("VmRSS")
-
-
-def _status_mb(field: str) -> float:
-    with open("/proc/self/status") as stream:
-        for line in stream:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError(f"{field} not in /proc/self/status")
 
 
 def _time(step, steps: int) -> float:
@@ -108,7 +96,7 @@ def run_ours(config: str, steps: int) -> dict:
     optimizer = Adam(lr=0.005, weight_decay=5e-4)
     state = optimizer.init(params)
     rng, loss = np.random.default_rng(1), SoftmaxCrossEntropy()
-    baseline = _reset_peak_rss()
+    baseline = reset_peak_rss()
 
     def step() -> None:
         nonlocal params, state
@@ -119,7 +107,7 @@ def run_ours(config: str, steps: int) -> dict:
         params, state = optimizer.step(params, grads, state)
 
     ms = _time(step, steps)
-    return {"ms": ms, "peak_mb": _status_mb("VmHWM") - baseline, "data": source}
+    return {"ms": ms, "peak_mb": status_mb("VmHWM") - baseline, "data": source}
 
 
 def run_pyg(config: str, steps: int) -> dict:
@@ -149,7 +137,7 @@ def run_pyg(config: str, steps: int) -> dict:
             ]
         )
     optimizer = torch.optim.Adam(layers.parameters(), lr=0.005, weight_decay=5e-4)
-    baseline = _reset_peak_rss()
+    baseline = reset_peak_rss()
 
     def forward() -> torch.Tensor:
         h = x
@@ -167,7 +155,7 @@ def run_pyg(config: str, steps: int) -> dict:
         optimizer.step()
 
     ms = _time(step, steps)
-    return {"ms": ms, "peak_mb": _status_mb("VmHWM") - baseline, "data": source}
+    return {"ms": ms, "peak_mb": status_mb("VmHWM") - baseline, "data": source}
 
 
 def _child(which: str, config: str, steps: int, threads: int) -> dict | None:

@@ -43,6 +43,9 @@ import os
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # scripts/: shared helpers
+from peak_memory import reset_peak_rss, status_mb
+
 CHANNELS = 64  # d: in and out channels
 FEATURES = 30  # m = num_random_features
 SAMPLES = 10  # K = num_samples
@@ -65,21 +68,6 @@ def repeats_for(n: int, which: str = "ours") -> int:
 def exact_estimate_bytes(n: int, itemsize: int) -> float:
     """Exact attention's peak memory estimate: ``N^2 * itemsize * (3 K + 3)``."""
     return float(n) * n * itemsize * EXACT_ARRAYS
-
-
-def _reset_peak_rss() -> float:
-    """Reset the kernel's peak-RSS mark (Linux ``clear_refs``); return the current RSS in MB."""
-    with open("/proc/self/clear_refs", "w") as stream:
-        stream.write("5")
-    return _status_mb("VmRSS")
-
-
-def _status_mb(field: str) -> float:
-    with open("/proc/self/status") as stream:
-        for line in stream:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError(f"{field} not in /proc/self/status")
 
 
 def _time(step, repeats: int) -> float:
@@ -119,14 +107,14 @@ def run_ours(n: int, dtype: str, repeats: int) -> dict:
     x = rng.standard_normal((n, CHANNELS)).astype(dtype)
     graph = Graph(rng.integers(0, n, (2, DEGREE * n)), n)
     d_out = rng.standard_normal((n, CHANNELS)).astype(dtype)
-    baseline = _reset_peak_rss()
+    baseline = reset_peak_rss()
 
     def step() -> None:
         _, cache = layer.forward(params, x, graph, training=True, rng=rng)
         layer.backward(params, cache, d_out, input_grad=True)
 
     seconds = _time(step, repeats)
-    return {"s": seconds, "peak_mb": _status_mb("VmHWM") - baseline}
+    return {"s": seconds, "peak_mb": status_mb("VmHWM") - baseline}
 
 
 def run_exact(n: int, dtype: str, repeats: int) -> dict:
@@ -139,14 +127,14 @@ def run_exact(n: int, dtype: str, repeats: int) -> dict:
     q, k, v, d_z = (rng.standard_normal((n, CHANNELS)).astype(dtype) for _ in range(4))
     gumbel = -np.log(-np.log(rng.random((n, SAMPLES)))).astype(dtype)
     block = AllPairSoftmax(TAU)
-    baseline = _reset_peak_rss()
+    baseline = reset_peak_rss()
 
     def step() -> None:
         _, cache = block.forward({}, q, k, v, gumbel)
         block.backward({}, cache, d_z)
 
     seconds = _time(step, repeats)
-    return {"s": seconds, "peak_mb": _status_mb("VmHWM") - baseline}
+    return {"s": seconds, "peak_mb": status_mb("VmHWM") - baseline}
 
 
 def _child(which: str, n: int, dtype: str, threads: int) -> dict:
