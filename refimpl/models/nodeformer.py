@@ -121,7 +121,9 @@ class NodeFormer:
     edge_loss_weight: float = 1.0  # lambda of Sec. 3.4; 0 switches the edge loss off
     edge_loss_convention: str = "paper"  # see NodeFormerEdgeLoss
     eval_seed: int = 0  # seeds the fixed evaluation projections
-    convs: tuple[NodeFormerConv, ...] = field(init=False, repr=False, compare=False)
+    convs: tuple[NodeFormerConv, ...] = field(init=False, repr=False, compare=False)  # derived
+    # the parameterised blocks by parameter prefix, in parameter order; derived
+    blocks: dict[str, Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for name in ("in_channels", "hidden_channels", "out_channels", "num_layers"):
@@ -155,38 +157,35 @@ class NodeFormer:
             projection=self.projection,
         )
         object.__setattr__(self, "convs", (conv,) * self.num_layers)
+        d = self.hidden_channels
+        blocks: dict[str, Any] = {
+            "input": Linear(self.in_channels, d),
+            "input_norm": LayerNorm(d, "node"),
+        }
+        for i in range(self.num_layers):
+            blocks[f"layer{i}"] = conv
+            if self.layer_norm:
+                blocks[f"layer{i}.norm"] = LayerNorm(d, "node")
+        blocks["output"] = Linear(d, self.out_channels)
+        object.__setattr__(self, "blocks", blocks)
 
     @property
     def deterministic_training(self) -> bool:
         """False: a training forward draws new projections (and Gumbel noise) every call."""
         return False
 
-    # -- blocks and parameters ---------------------------------------------------------
-    def _blocks(self) -> dict[str, Any]:
-        """The parameterised blocks by parameter prefix, in parameter order."""
-        d = self.hidden_channels
-        blocks: dict[str, Any] = {
-            "input": Linear(self.in_channels, d),
-            "input_norm": LayerNorm(d, "node"),
-        }
-        for i, conv in enumerate(self.convs):
-            blocks[f"layer{i}"] = conv
-            if self.layer_norm:
-                blocks[f"layer{i}.norm"] = LayerNorm(d, "node")
-        blocks["output"] = Linear(d, self.out_channels)
-        return blocks
-
+    # -- parameters --------------------------------------------------------------------
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Flat names ``{block}.{name}`` and shapes, in order (module docstring)."""
         return {
             f"{prefix}.{name}": shape
-            for prefix, block in self._blocks().items()
+            for prefix, block in self.blocks.items()
             for name, shape in block.param_shapes().items()
         }
 
     def _sub(self, params: dict[str, Any], prefix: str) -> dict[str, Any]:
         """The parameters of block ``prefix`` under the block's own names."""
-        names = self._blocks()[prefix].param_shapes()
+        names = self.blocks[prefix].param_shapes()
         return {name: params[f"{prefix}.{name}"] for name in names}
 
     def init_params(
@@ -203,7 +202,7 @@ class NodeFormer:
                 f"authors' code), got {init!r}"
             )
         params = {}
-        for prefix, block in self._blocks().items():
+        for prefix, block in self.blocks.items():
             for name, value in block.init_params(rng, backend=backend, dtype=dtype).items():
                 params[f"{prefix}.{name}"] = value
         return params
@@ -244,7 +243,7 @@ class NodeFormer:
                 "rng=numpy.random.default_rng(seed), or noise= with these keys (the "
                 "cache.noise of an earlier call replays it)"
             )
-        blocks, used = self._blocks(), {}
+        blocks, used = self.blocks, {}
         dropout = Dropout(self.dropout)
 
         def drop(key: str, h: Any) -> tuple[Any, DropoutCache]:
@@ -347,7 +346,7 @@ class NodeFormer:
         none in evaluation): ``(d_x (N, in) or None, d_params keyed like params)``."""
         x = cache.input_linear.x
         check_cotangent(d_logits, (x.shape[0], self.out_channels), x.dtype, x, name="d_logits")
-        blocks, d_params = self._blocks(), {}
+        blocks, d_params = self.blocks, {}
         dropout = Dropout(self.dropout)
 
         def collect(prefix: str, grads: dict[str, Any]) -> None:
@@ -393,9 +392,11 @@ class NodeFormer:
             self._sub(params, "input_norm"), cache.input_norm, d_h
         )
         collect("input_norm", grads)
-        d_x, grads = blocks["input"].backward(self._sub(params, "input"), cache.input_linear, d_h)
+        d_x, grads = blocks["input"].backward(
+            self._sub(params, "input"), cache.input_linear, d_h, input_grad=input_grad
+        )
         collect("input", grads)
-        return (d_x if input_grad else None), {name: d_params[name] for name in params}
+        return d_x, {name: d_params[name] for name in params}
 
 
 @functools.lru_cache(maxsize=64)

@@ -55,6 +55,7 @@ from typing import Any, NamedTuple
 from refimpl.backend import get_array_module, is_array
 from refimpl.graph import Graph
 from refimpl.nn.nodeformer import NodeFormerCache, NodeFormerConv
+from refimpl.nn.random_features import feature_exponent, feature_exponent_backward
 from refimpl.ops.segment import gather, segment_sum
 from refimpl.validation import check_cotangent, check_params
 
@@ -123,7 +124,7 @@ class NodeFormerEdgeLoss:
         # E1 what the features are taken of (N, H, C); q and k carry the qk factor s
         y_q, y_k = q * t, k * t
         # E2 Eq. 4 exponents (N, H, m)
-        a_q, a_k = _exponent(y_q, omega), _exponent(y_k, omega)
+        a_q, a_k = feature_exponent(y_q, omega), feature_exponent(y_k, omega)
         # E3 log of the key sum of Eq. 12, per head and feature (H, m)
         log_key_sums = _logsumexp(a_k, axis=0)
         # E4 per edge the log numerator (E, H), per query the log denominator (N, H)
@@ -185,8 +186,8 @@ class NodeFormerEdgeLoss:
         # B3 (of E3) through LSE_w: the softmax over the keys, per head and feature
         d_a_k = d_a_k + d_log_key_sums[None] * xp.exp(a_k - cache.log_key_sums[None])
         # B2 (of E2) a = y omega^T - ||y||^2 / 2: d_y = d_a omega - rowsum(d_a) y  (N, H, C)
-        d_y_q = _exponent_backward(cache.y_q, omega, d_a_q)
-        d_y_k = _exponent_backward(cache.y_k, omega, d_a_k)
+        d_y_q = feature_exponent_backward(cache.y_q, omega, d_a_q)
+        d_y_k = feature_exponent_backward(cache.y_k, omega, d_a_k)
         # B1 (of E1) and the layer's F2 (y = t s (W x + b)) and F1 (the projections)
         factor = conv.qk_factor * (1.0 if self.convention == "paper" else 1.0 / math.sqrt(conv.tau))
         d_params: dict[str, Any] = {}
@@ -197,19 +198,6 @@ class NodeFormerEdgeLoss:
             name: d_params[name] if name in d_params else xp.zeros_like(value)
             for name, value in params.items()
         }
-
-
-def _exponent(y: Any, omega: Any) -> Any:
-    """Eq. 4's exponent per head: ``y (N, H, C)``, ``omega (m, C)`` -> ``(N, H, m)``."""
-    xp = get_array_module(y, omega)
-    # (N, H, C) @ (C, m) -> (N, H, m), minus (N, H, 1)
-    return y @ omega.T - 0.5 * xp.sum(y * y, axis=2, keepdims=True)
-
-
-def _exponent_backward(y: Any, omega: Any, d_a: Any) -> Any:
-    """Vjp of :func:`_exponent` in ``y``: ``d_a omega - rowsum(d_a) y`` (N, H, C)."""
-    xp = get_array_module(y, d_a)
-    return d_a @ omega - xp.sum(d_a, axis=2, keepdims=True) * y
 
 
 def _logsumexp(a: Any, axis: int) -> Any:

@@ -133,10 +133,11 @@ def draw_projection(rng: np.random.Generator, m: int, d: int, kind: str = "iid")
 
 
 def feature_exponent(x: Any, omega: Any) -> Any:
-    """The exponent of Eq. 4, ``a_i(x_u) = w_i^T x_u - ||x_u||^2 / 2``: ``(N, d) -> (N, m)``."""
+    """The exponent of Eq. 4, ``a_i(x_u) = w_i^T x_u - ||x_u||^2 / 2``: ``(..., d) -> (..., m)``
+    (rows ``(N, d)``, or per head ``(N, H, d)``)."""
     xp = get_array_module(x, omega)
-    # (N, d) @ (d, m) -> (N, m), minus (N, 1)
-    return x @ omega.T - 0.5 * xp.sum(x * x, axis=1, keepdims=True)
+    # (..., d) @ (d, m) -> (..., m), minus (..., 1)
+    return x @ omega.T - 0.5 * xp.sum(x * x, axis=-1, keepdims=True)
 
 
 def positive_random_features(x: Any, omega: Any, shift: Any = 0.0) -> Any:
@@ -160,10 +161,10 @@ def positive_random_features_backward(x: Any, omega: Any, features: Any, d_featu
 
 def feature_exponent_backward(x: Any, omega: Any, d_exponent: Any) -> Any:
     """Vjp of :func:`feature_exponent` in ``x``: ``a = x omega^T - ||x||^2 / 2`` gives
-    ``d_x = d_a omega - rowsum(d_a) x``, ``(N, m) -> (N, d)``."""
+    ``d_x = d_a omega - rowsum(d_a) x``, ``(..., m) -> (..., d)``."""
     xp = get_array_module(x, d_exponent)
-    # (N, m) @ (m, d) -> (N, d); (N, 1) * (N, d)
-    return d_exponent @ omega - xp.sum(d_exponent, axis=1, keepdims=True) * x
+    # (..., m) @ (m, d) -> (..., d); (..., 1) * (..., d)
+    return d_exponent @ omega - xp.sum(d_exponent, axis=-1, keepdims=True) * x
 
 
 class RandomFeaturesCache(NamedTuple):

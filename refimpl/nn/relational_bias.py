@@ -84,10 +84,21 @@ def apply_operator(operator: tuple, h: Any, transpose: bool = False) -> Any:
 
 def normalized_edge_weights(graph: Graph, xp: Any, dtype: Any) -> Any:
     """``1 / sqrt(d_in(v) d_out(u))`` per edge ``u -> v`` (E, 1): ``D_in^(-1/2) A D_out^(-1/2)``,
-    the code's ``add_conv_relational_bias`` (degrees count duplicate edges and self-loops)."""
-    src, dst = graph.src_segments(xp), graph.dst_segments(xp)
-    degrees = dst.counts()[dst.index] * src.counts()[src.index]  # (E,) int, >= 1 on edges
-    return (1.0 / xp.sqrt(degrees.astype(dtype)))[:, None]
+    the code's ``add_conv_relational_bias`` (degrees count duplicate edges and self-loops).
+
+    Computed once per graph, array module and dtype (every training step asks again).
+    """
+    by_kind = _WEIGHTS.setdefault(graph, {})
+    key = (xp.__name__, np.dtype(dtype).str)
+    if key not in by_kind:
+        src, dst = graph.src_segments(xp), graph.dst_segments(xp)
+        degrees = dst.counts()[dst.index] * src.counts()[src.index]  # (E,) int, >= 1 on edges
+        by_kind[key] = (1.0 / xp.sqrt(degrees.astype(dtype)))[:, None]
+    return by_kind[key]
+
+
+# Graph -> {(array module, dtype): weights (E, 1)}; the weights hold no reference to the graph
+_WEIGHTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 # Graph -> [A_2, A_3, ...]; the values must not reference their key, or the entry never dies

@@ -93,9 +93,13 @@ class Linear:
         return y, LinearCache(x)
 
     def backward(
-        self, params: dict[str, Any], cache: LinearCache, d_y: Any
+        self, params: dict[str, Any], cache: LinearCache, d_y: Any, input_grad: bool = True
     ) -> tuple[Any, dict[str, Any]]:
-        """Gradients of ``<d_y, y>``: ``(d_x (N, in), {"W": (out, in), "b": (out,)})``."""
+        """Gradients of ``<d_y, y>``: ``(d_x (N, in), {"W": (out, in), "b": (out,)})``.
+
+        ``input_grad=False`` skips ``d_x`` (returned as None): a model's first layer
+        needs only its weights' gradient.
+        """
         x, weight = cache.x, params["W"]
         expected = (x.shape[0], self.out_features)
         check_cotangent(d_y, expected, x.dtype, x)
@@ -104,6 +108,6 @@ class Linear:
             # B2 (of F2) the adjoint of broadcasting over rows is the sum over rows
             d_params["b"] = d_y.sum(axis=0)  # (out,)
         # B1 (of F1)
-        d_x = d_y @ weight  # (N, out) @ (out, in) -> (N, in)
+        d_x = d_y @ weight if input_grad else None  # (N, out) @ (out, in) -> (N, in)
         d_params["W"] = d_y.T @ x  # (out, N) @ (N, in) -> (out, in)
         return d_x, {name: d_params[name] for name in params}  # keyed (and ordered) as params

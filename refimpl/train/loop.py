@@ -196,6 +196,7 @@ def train_model(
     deterministic = deterministic and config.batch_size is None
     reused = None
     epoch = start - 1
+    x_backend = backend_name(get_array_module(x))
     for epoch in epochs:
         batches = [None] if config.batch_size is None else _batches(x, config, dropout_rng)
         weighted_loss, weight = 0.0, 0
@@ -203,7 +204,7 @@ def train_model(
             if batch is None:  # full batch
                 data = (x, y, masks["train"], graph)
             else:  # the nodes of one batch and the edges among them (NodeFormer Sec. 4.2)
-                rows = asarray(batch, backend=backend_name(get_array_module(x)))
+                rows = asarray(batch, backend=x_backend)
                 data = (x[rows], y[rows], masks["train"][rows], graph.subgraph(batch))
                 if not bool(data[2].any()):
                     continue  # no training node: nothing to fit
@@ -217,10 +218,7 @@ def train_model(
             step_loss, grads = _gradients(model, params, cache, logits, data, loss_block, epoch)
             count = int(data[2].sum())
             weighted_loss, weight = weighted_loss + step_loss * count, weight + count
-            norms = relative_grad_norms(params, grads)
-            absolute_norms = grad_norms(params, grads)
-            # GAT-balance diagnostics of the parameters the gradient was taken at
-            balance_record = _balance_record(params, grads) if config.diagnostics else {}
+            step_params, step_grads = params, grads  # the epoch's last step is logged
             params, opt_state = optimizer.step(params, grads, opt_state)
             bad = _first_non_finite(params)
             if bad is not None:
@@ -229,6 +227,10 @@ def train_model(
                     "lower the learning rate"
                 )
         train_loss = weighted_loss / weight
+        norms = relative_grad_norms(step_params, step_grads)
+        absolute_norms = grad_norms(step_params, step_grads)
+        # GAT-balance diagnostics of the parameters the gradient was taken at
+        balance_record = _balance_record(step_params, step_grads) if config.diagnostics else {}
         # 5-6 evaluate the updated model, select on validation accuracy
         eval_logits, eval_cache = _forward(model, params, x, graph, epoch, training=False)
         reused = (eval_logits, eval_cache) if deterministic else None

@@ -219,3 +219,16 @@ def test_backward_rejects_bad_cotangent():
 def test_config_rejects_non_positive_int_sizes(config):
     with pytest.raises(ValueError, match=r"must be a positive int"):
         Linear(*config)
+
+
+def test_backward_without_input_grad_skips_only_d_x() -> None:
+    rng = np.random.default_rng(0)
+    layer = Linear(4, 3)
+    params = layer.init_params(rng)
+    y, cache = layer.forward(params, rng.standard_normal((5, 4)))
+    d_y = rng.standard_normal(y.shape)
+    d_x, full = layer.backward(params, cache, d_y)
+    skipped, partial = layer.backward(params, cache, d_y, input_grad=False)
+    assert d_x.shape == (5, 4) and skipped is None
+    for name in full:
+        np.testing.assert_array_equal(partial[name], full[name])
