@@ -17,7 +17,11 @@ import numpy as np
 from refimpl.data._unpickle import UnsafePickleError
 from refimpl.data.dataset import NodeDataset, coalesce, edge_homophily, row_normalize
 from refimpl.data.geom_gcn import GEOM_GCN_NAMES, load_geom_gcn
+from refimpl.data.graph_batch import GraphBatch, collate, iterate_batches
+from refimpl.data.graph_dataset import GraphDataset, load_graph_dataset, save_graph_dataset
+from refimpl.data.molecules import synthetic_molecules
 from refimpl.data.planetoid import PLANETOID_NAMES, load_planetoid
+from refimpl.data.positional import laplacian_pe, random_sign_flip
 from refimpl.data.splits import drop_features, random_split
 from refimpl.data.synthetic import contextual_sbm, karate_club, knn_graph
 from refimpl.data.trees import tree_neighbors_match
@@ -25,21 +29,30 @@ from refimpl.data.trees import tree_neighbors_match
 __all__ = [
     "GEOM_GCN_NAMES",
     "PLANETOID_NAMES",
+    "GraphBatch",
+    "GraphDataset",
     "NodeDataset",
     "UnsafePickleError",
     "coalesce",
+    "collate",
     "contextual_sbm",
     "dataset_names",
     "drop_features",
     "edge_homophily",
+    "iterate_batches",
     "karate_club",
     "knn_graph",
+    "laplacian_pe",
     "load_dataset",
     "load_geom_gcn",
+    "load_graph_dataset",
     "load_planetoid",
+    "random_sign_flip",
     "random_split",
     "register_loader",
     "row_normalize",
+    "save_graph_dataset",
+    "synthetic_molecules",
     "tree_neighbors_match",
 ]
 

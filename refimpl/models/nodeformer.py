@@ -57,6 +57,7 @@ import numpy as np
 
 from refimpl.backend import asarray, backend_name, get_array_module
 from refimpl.graph import Graph
+from refimpl.nn._blocks import flat_param_shapes, init_flat_params, split_params
 from refimpl.nn.layernorm import LayerNorm, LayerNormCache
 from refimpl.nn.nodeformer import NodeFormerCache, NodeFormerConv
 from refimpl.nn.nodeformer_edge_loss import (
@@ -66,7 +67,7 @@ from refimpl.nn.nodeformer_edge_loss import (
 )
 from refimpl.nn.random_features import draw_projection
 from refimpl.ops.activations import ELU, ELUCache
-from refimpl.ops.dropout import Dropout, DropoutCache
+from refimpl.ops.dropout import Dropout, DropoutCache, recorded_dropout
 from refimpl.ops.linear import Linear, LinearCache
 from refimpl.validation import check_block_inputs, check_cotangent, check_nonnegative_number
 
@@ -177,16 +178,11 @@ class NodeFormer:
     # -- parameters --------------------------------------------------------------------
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Flat names ``{block}.{name}`` and shapes, in order (module docstring)."""
-        return {
-            f"{prefix}.{name}": shape
-            for prefix, block in self.blocks.items()
-            for name, shape in block.param_shapes().items()
-        }
+        return flat_param_shapes(self.blocks)
 
     def _sub(self, params: dict[str, Any], prefix: str) -> dict[str, Any]:
         """The parameters of block ``prefix`` under the block's own names."""
-        names = self.blocks[prefix].param_shapes()
-        return {name: params[f"{prefix}.{name}"] for name in names}
+        return split_params(self.blocks, params, prefix)
 
     def init_params(
         self,
@@ -201,11 +197,7 @@ class NodeFormer:
                 f"NodeFormer supports init='xavier' only (Glorot-uniform weights, as the "
                 f"authors' code), got {init!r}"
             )
-        params = {}
-        for prefix, block in self.blocks.items():
-            for name, value in block.init_params(rng, backend=backend, dtype=dtype).items():
-                params[f"{prefix}.{name}"] = value
-        return params
+        return init_flat_params(self.blocks, rng, backend, dtype)
 
     def auxiliary_loss(self, cache: NodeFormerModelCache) -> float:
         """``lambda L_e`` of the forward that returned ``cache`` (0 where not computed)."""
@@ -247,10 +239,7 @@ class NodeFormer:
         dropout = Dropout(self.dropout)
 
         def drop(key: str, h: Any) -> tuple[Any, DropoutCache]:
-            out, drop_cache = dropout.forward({}, h, training, rng, noise.get(key))
-            if drop_cache.mask is not None:
-                used[key] = drop_cache.mask
-            return out, drop_cache
+            return recorded_dropout(dropout, key, h, training, rng, noise, used)
 
         # F1-F4 input MLP (N, in) -> (N, D)
         h, input_linear = blocks["input"].forward(self._sub(params, "input"), x)

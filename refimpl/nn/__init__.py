@@ -9,6 +9,7 @@ from refimpl.nn.attention import (
     TransformerAttentionCache,
 )
 from refimpl.nn.gat import GATCache, GATConv
+from refimpl.nn.graph_transformer import GraphTransformerLayer, GraphTransformerLayerCache
 from refimpl.nn.kernel_attention import (
     AllPairSoftmax,
     AllPairSoftmaxCache,
@@ -16,6 +17,7 @@ from refimpl.nn.kernel_attention import (
     KernelizedSoftmaxCache,
 )
 from refimpl.nn.layernorm import LayerNorm, LayerNormCache
+from refimpl.nn.lipschitz_norm import TransformerLipschitzCache
 from refimpl.nn.nodeformer import NodeFormerCache, NodeFormerConv
 from refimpl.nn.nodeformer_edge_loss import EdgeLossCache, NodeFormerEdgeLoss
 from refimpl.nn.pairnorm import PairNorm, PairNormCache
@@ -24,6 +26,7 @@ from refimpl.nn.random_features import (
     RandomFeaturesCache,
     draw_projection,
 )
+from refimpl.nn.transformer_conv import TransformerConv, TransformerConvCache
 
 __all__ = [
     "AllPairSoftmax",
@@ -33,6 +36,8 @@ __all__ = [
     "EdgeLossCache",
     "GATCache",
     "GATConv",
+    "GraphTransformerLayer",
+    "GraphTransformerLayerCache",
     "KernelizedSoftmax",
     "KernelizedSoftmaxCache",
     "LayerNorm",
@@ -48,5 +53,8 @@ __all__ = [
     "RandomFeaturesCache",
     "TransformerAttention",
     "TransformerAttentionCache",
+    "TransformerConv",
+    "TransformerConvCache",
+    "TransformerLipschitzCache",
     "draw_projection",
 ]

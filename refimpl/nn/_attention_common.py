@@ -1,7 +1,8 @@
 """Pieces shared by the dense attention blocks: row-wise softmax and boundary checks.
 
-Private to :mod:`refimpl.nn.attention` and its blocks
-(:mod:`refimpl.nn.linear_score_attention`, :mod:`refimpl.nn.transformer_attention`).
+Private to the attention layers: :mod:`refimpl.nn.attention` and its blocks
+(:mod:`refimpl.nn.linear_score_attention`, :mod:`refimpl.nn.transformer_attention`), and
+:mod:`refimpl.nn.transformer_conv` (``positive_int``).
 """
 
 from __future__ import annotations

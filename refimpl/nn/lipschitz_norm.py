@@ -1,5 +1,9 @@
 """LipschitzNorm for graph attention, neighbour-wise and per head (LipschitzNorm Sec. 5).
 
+Two forms: the GAT form below (a denominator per edge, :func:`neighbour_lipschitz_norm`)
+and the transformer form of the last section (Eq. 19 per target,
+:func:`transformer_lipschitz_scores`).
+
 The paper normalises a score ``g~`` by ``||Q||_F * max_i ||x_i||`` (Eq. 17): the
 Frobenius norm of the attention parameters times the largest norm of a score
 input, taken *neighbour-wise* for graphs ("for each node, we compute the maximum
@@ -42,7 +46,7 @@ on the direction), and this choice lets training leave a zero attention vector
 maximum send its gradient to one edge, the lowest index (``segment_max``); a
 zero-norm ``x`` gets the zero subgradient of the norm.
 
-Forward and backward side by side (``r`` the per-edge radius, ``D`` the denominator):
+GAT form, forward and backward side by side (``r`` the per-edge radius, ``D`` the denominator):
 
     F1  ||a_h||                                      (H,)
     F2  r_uv = max_k ||x_kv|| (paper) or the
@@ -54,6 +58,42 @@ Forward and backward side by side (``r`` the per-edge radius, ``D`` the denomina
     B3  d||a_h|| = factor sum_e d_D r,  d_r = factor d_D ||a_h||
     B2  through the max (to one edge) and the norms, into W h (v1) or x_uv (v2)
     B1  d a_h = d||a_h|| a_h / ||a_h||
+
+Transformer form: per target and head
+-------------------------------------
+:class:`refimpl.nn.transformer_conv.TransformerConv` with ``lipschitz_norm="paper"``
+(:func:`transformer_lipschitz_scores`): LipschitzNorm Eq. 19 per head and
+per target neighbourhood (Sec. 5: norms and maxima "per head" and
+"neighbour-wise"). For target ``v`` and head ``h``, ``Q`` is the single query
+``q_v`` and ``K``, ``V`` the keys ``k_uv`` and values ``val_uv`` of the edges
+into ``v``::
+
+    u = ||q_v||,  a = max_{u in N(v)} ||k_uv||,  w = max_{u in N(v)} ||val_uv||
+    D_v = max{u a, u w, a w},   s_uv = q_v . k_uv / D_v   (replacing 1 / sqrt(C))
+
+so per target this is the Eq. 19 layer with one query (Cor. 2's setting with
+``m = 1``, ``n = |N(v)|``). ``|s_uv| <= ||q_v|| ||k_uv|| <= u a <= D_v`` bounds
+every score by 1; rounding can overshoot by an ulp, so the quotient is clipped
+to ``[-1, 1]`` as in :mod:`refimpl.nn.score_norms` (the clip only moves it toward
+the exact value; derivatives treat it as the identity).
+
+Conventions of the transformer form:
+
+* **Ties.** ``max{ua, uw, aw}`` is differentiated through one product, the first
+  maximiser in ``[ua, uw, aw]`` order (shared with the dense Eq. 19:
+  :func:`refimpl.nn.score_norms.largest_pair_product`); the neighbourhood
+  maxima ``a``, ``w`` through one edge, the lowest index
+  (:func:`refimpl.ops.segment.segment_max`). A norm at a zero vector has the zero
+  subgradient.
+* **D = 0** needs two of ``u, a, w`` zero; then ``q_v = 0`` or every key is 0,
+  so every raw score ``q_v . k_uv`` of the neighbourhood is exactly 0. The score
+  is 0 (uniform attention) and passes no gradient through ``D``; its raw part
+  is divided by 1 instead (the zero-denominator convention of the GAT form above).
+  That gradient vanishes too: either ``q_v`` and all keys are 0 (``d raw`` is
+  multiplied by one of them), or all values are 0 (``w = 0``) and ``alpha``
+  receives none. So it agrees with :mod:`refimpl.nn.score_norms`' "zero
+  derivative with respect to everything".
+* There is no eps.
 """
 
 from __future__ import annotations
@@ -61,14 +101,19 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from refimpl.backend import get_array_module
+from refimpl.nn.score_norms import largest_pair_product, largest_pair_product_backward
 from refimpl.ops.segment import Segments, gather, segment_max, segment_max_backward, segment_sum
 
 __all__ = [
     "LIPSCHITZ_NORM_MODES",
     "NeighbourNormCache",
+    "TransformerLipschitzCache",
     "neighbour_lipschitz_norm",
     "neighbour_lipschitz_norm_backward",
+    "transformer_lipschitz_scores",
+    "transformer_lipschitz_scores_backward",
 ]
+
 
 LIPSCHITZ_NORM_MODES = ("paper", "reference-code")
 _REFERENCE_FACTOR = 4.0  # released code: LipschitzNorm(att_norm=4)
@@ -184,12 +229,104 @@ def neighbour_lipschitz_norm_backward(
     else:
         d_neighbour_max = segment_sum(d_radius, dst)  # (N, H)
         d_norms = segment_max_backward(d_neighbour_max, cache.argmax, dst)  # (E, H)
-        positive = cache.norms > 0
-        scale = xp.where(positive, d_norms / xp.where(positive, cache.norms, 1), 0)
-        d_input = scale[..., None] * pre  # (E, H, C)
-    # B1 (of F1) d||a|| / da = a / ||a|| (zero subgradient at a = 0)
-    positive = cache.att_norm > 0
-    scale = xp.where(positive, d_att_norm / xp.where(positive, cache.att_norm, 1), 0)  # (H,)
+        d_input = _norm_backward(d_norms, cache.norms, pre)  # (E, H, C)
+    # B1 (of F1) d||a|| / da = a / ||a|| (zero subgradient at a = 0), per name (H, C)
     names = ("att_src", "att_dst") if cache.version == "v1" else ("att",)
-    d_att = {name: scale[:, None] * params[name] for name in names}
+    d_att = {name: _norm_backward(d_att_norm, cache.att_norm, params[name]) for name in names}
     return d_raw, d_input, d_att
+
+
+# -- LipschitzNorm Eq. 19 per target and head ---------------------------------------------------
+
+
+class TransformerLipschitzCache(NamedTuple):
+    """What :func:`transformer_lipschitz_scores_backward` reads (per target ``v``, head ``h``)."""
+
+    scores: Any  # (E, H) q_v . k_uv / D_v, clipped to [-1, 1]
+    denominator: Any  # (N, H) D_v, with 1 where D_v = 0 (the raw scores are 0 there)
+    nonzero: Any  # (N, H) D_v > 0
+    norms: tuple  # (u, a, w), each (N, H): ||q_v||, max ||k_uv||, max ||val_uv||
+    branch: Any  # (N, H) product taken: 0 ua, 1 uw, 2 aw
+    key_norms: Any  # (E, H) ||k_uv||
+    value_norms: Any  # (E, H) ||val_uv||
+    key_argmax: Any  # (N, H) edge attaining a (-1 for no incoming edge)
+    value_argmax: Any  # (N, H) edge attaining w
+
+
+def transformer_lipschitz_scores(
+    raw: Any, q: Any, k_edges: Any, val_edges: Any, dst: Segments
+) -> tuple[Any, TransformerLipschitzCache]:
+    """``q_v . k_uv / max{ua, uw, aw}`` per target ``v`` and head: (E, H) and the cache.
+
+    Parameters
+    ----------
+    raw : (E, H) the raw scores ``q_v . k_uv``
+    q : (N, H, C) the node queries
+    k_edges, val_edges : (E, H, C) the keys ``k_uv`` and values ``val_uv`` per edge
+    dst : segments of the edges by target
+
+    Its own steps F1-F3 (TransformerConv's F5'), walked back by
+    :func:`transformer_lipschitz_scores_backward`; conventions in the module
+    docstring ("Transformer form").
+    """
+    xp = get_array_module(raw)
+    # F1 u = ||q_v|| (N, H); a, w: the longest key and value into v (N, H), first edge at a tie
+    u = xp.sqrt(xp.sum(q * q, axis=2))
+    key_norms = xp.sqrt(xp.sum(k_edges * k_edges, axis=2))  # (E, H)
+    value_norms = xp.sqrt(xp.sum(val_edges * val_edges, axis=2))  # (E, H)
+    a, key_argmax = segment_max(key_norms, dst)
+    w, value_argmax = segment_max(value_norms, dst)
+    # F2 D = max{ua, uw, aw} (N, H), the first maximiser; 1 where it vanishes
+    denominator, branch = largest_pair_product(u, a, w)
+    nonzero = denominator > 0
+    denominator = xp.where(nonzero, denominator, 1).astype(raw.dtype, copy=False)
+    # F3 the quotient, clipped against rounding (module docstring) (E, H)
+    scores = xp.clip(raw / gather(denominator, dst), -1.0, 1.0)
+    cache = TransformerLipschitzCache(
+        scores,
+        denominator,
+        nonzero,
+        (u, a, w),
+        branch,
+        key_norms,
+        value_norms,
+        key_argmax,
+        value_argmax,
+    )
+    return scores, cache
+
+
+def transformer_lipschitz_scores_backward(
+    cache: TransformerLipschitzCache,
+    d_scores: Any,
+    q: Any,
+    k_edges: Any,
+    val_edges: Any,
+    dst: Segments,
+) -> tuple[Any, Any, Any, Any]:
+    """Adjoint of :func:`transformer_lipschitz_scores` (same ``q``, ``k_edges``, ``val_edges``,
+    ``dst``): ``(d_raw (E, H), d_q (N, H, C), d_k_edges, d_val_edges (E, H, C))``, the
+    last three through D only; they add to the layer's other contributions."""
+    xp = get_array_module(d_scores)
+    denominator_edges = gather(cache.denominator, dst)  # (E, H)
+    # B3 (of F3) the quotient (clip as identity); no gradient through a vanished D
+    d_raw = d_scores / denominator_edges
+    d_denominator_edges = -d_scores * cache.scores / denominator_edges
+    d_denominator = xp.where(cache.nonzero, segment_sum(d_denominator_edges, dst), 0)  # (N, H)
+    # B2 (of F2) only the chosen product
+    d_u, d_a, d_w = largest_pair_product_backward(cache.norms, cache.branch, d_denominator)
+    # B1 (of F1) the norms (zero subgradient at a zero vector); maxima to one edge
+    d_q = _norm_backward(d_u, cache.norms[0], q)
+    d_key_norms = segment_max_backward(d_a, cache.key_argmax, dst)  # (E, H)
+    d_value_norms = segment_max_backward(d_w, cache.value_argmax, dst)  # (E, H)
+    d_k_edges = _norm_backward(d_key_norms, cache.key_norms, k_edges)
+    d_val_edges = _norm_backward(d_value_norms, cache.value_norms, val_edges)
+    return d_raw, d_q, d_k_edges, d_val_edges
+
+
+def _norm_backward(d_norm: Any, norm: Any, vectors: Any) -> Any:
+    """Adjoint of ``||vectors||`` over the last axis: ``d_norm * vectors / norm`` (0 at 0)."""
+    xp = get_array_module(vectors)
+    positive = norm > 0
+    scale = xp.where(positive, d_norm / xp.where(positive, norm, 1), 0)
+    return scale[..., None] * vectors

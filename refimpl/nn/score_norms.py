@@ -64,6 +64,8 @@ __all__ = [
     "LipschitzNormCache",
     "TransformerNormCache",
     "inf2_norm",
+    "largest_pair_product",
+    "largest_pair_product_backward",
     "linear_norm",
     "linear_norm_backward",
     "linear_norm_jvp",
@@ -309,6 +311,36 @@ def lipschitz_norm_jvp(cache: LipschitzNormCache, d_raw: Any, d_x: Any) -> Any:
 
 
 # -- Eq. 19 -------------------------------------------------------------------------------------
+def largest_pair_product(u: Any, v: Any, w: Any) -> tuple[Any, Any]:
+    """Eq. 19's denominator ``max{uv, uw, vw}``, elementwise over arrays of one shape.
+
+    Returns ``(product, branch)``: ``branch`` (int array of that shape) is the
+    product taken, ``0`` uv, ``1`` uw, ``2`` vw, the first maximiser at a tie.
+    Shared by :func:`transformer_norm` (0-d norms) and the per-target form of
+    :mod:`refimpl.nn.transformer_conv` (``(N, H)`` norms).
+    """
+    xp = get_array_module(u, v, w)
+    norms = (u, v, w)
+    products = xp.stack([norms[i] * norms[j] for i, j in _PAIRS])  # (3, *S)
+    branch = xp.argmax(products, axis=0)  # (*S,) first maximiser
+    return xp.max(products, axis=0), branch
+
+
+def largest_pair_product_backward(norms: tuple, branch: Any, d_product: Any) -> tuple:
+    """Adjoint of :func:`largest_pair_product`: ``(d_u, d_v, d_w)``, each ``d_product``'s shape.
+
+    Only the chosen product receives ``d_product``, by ``d(ab) = b da + a db``;
+    ``branch`` is an int or an int array (as returned by the forward).
+    """
+    xp = get_array_module(d_product)
+    d_norms = [xp.zeros_like(d_product) for _ in range(3)]
+    for pair, (i, j) in enumerate(_PAIRS):
+        chosen = xp.where(branch == pair, d_product, 0)  # d_product where this product won
+        d_norms[i] = d_norms[i] + chosen * norms[j]
+        d_norms[j] = d_norms[j] + chosen * norms[i]
+    return tuple(d_norms)
+
+
 class TransformerNormCache(NamedTuple):
     """What :func:`transformer_norm_backward` and :func:`transformer_norm_jvp` read."""
 
@@ -325,15 +357,13 @@ class TransformerNormCache(NamedTuple):
 
 def transformer_norm(raw: Any, q: Any, k: Any, v: Any) -> tuple[Any, TransformerNormCache]:
     """LipschitzNorm Eq. 19: ``g = raw / max{uv, uw, vw}`` for ``raw = Q^T K``."""
-    xp = get_array_module(raw)
     # F1 u = ||Q||_F, v = ||K^T||_(inf,2), w = ||V^T||_(inf,2)
     k_norm, k_argmax = _max_column_norm(k)
     v_norm, v_argmax = _max_column_norm(v)
     norms = (_frobenius(q), k_norm, v_norm)
     # F2 c = max{uv, uw, vw} (the largest times the second largest), first maximiser
-    products = xp.stack([norms[i] * norms[j] for i, j in _PAIRS])  # (3,)
-    branch = int(xp.argmax(products))
-    denominator = products[branch]
+    denominator, branch = largest_pair_product(*norms)
+    branch = int(branch)
     # F3 g = raw / c (n, n)
     ratio = _ratio(raw, denominator)
     cache = TransformerNormCache(ratio, denominator, branch, norms, k_argmax, v_argmax, q, k, v)
@@ -346,11 +376,8 @@ def transformer_norm_backward(
     """Gradients ``(d_raw (n, n), d_q, d_k, d_v (d, n) each)`` through the denominator."""
     # B3 (of F3)
     d_raw, d_c = _ratio_backward(cache.ratio, cache.denominator, d_scores)
-    # B2 (of F2) only the chosen product receives d_c: d(ab) = b da + a db
-    i, j = _PAIRS[cache.branch]
-    d_norms = [0 * d_c, 0 * d_c, 0 * d_c]
-    d_norms[i] = d_c * cache.norms[j]
-    d_norms[j] = d_c * cache.norms[i]
+    # B2 (of F2) only the chosen product receives d_c
+    d_norms = largest_pair_product_backward(cache.norms, cache.branch, d_c)
     # B1 (of F1) the norms (each zero when its d_norm is: c = 0 gives d_c = 0)
     u = cache.norms[0]
     d_q = cache.q * (d_norms[0] / u) if bool(u > 0) else 0 * cache.q

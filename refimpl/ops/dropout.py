@@ -8,13 +8,14 @@ be fed exactly the mask this one used (``cache.mask``).
 from __future__ import annotations
 
 import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from refimpl.backend import get_array_module, is_array
 from refimpl.validation import check_cotangent, check_input
 
-__all__ = ["Dropout", "DropoutCache"]
+__all__ = ["Dropout", "DropoutCache", "recorded_dropout"]
 
 
 class DropoutCache(NamedTuple):
@@ -101,6 +102,24 @@ class Dropout:
         d_x = d_y * cache.mask
         d_x *= cache.scale
         return d_x, {}
+
+
+def recorded_dropout(
+    dropout: Dropout,
+    key: str,
+    x: Any,
+    training: bool,
+    rng: Any,
+    noise: Mapping[str, Any],
+    used: dict[str, Any],
+) -> tuple[Any, DropoutCache]:
+    """``dropout.forward`` for a model that names its masks: the keep-mask is ``noise[key]``
+    when given (else drawn from ``rng``), and the mask used is recorded as ``used[key]``, so
+    that ``forward(noise=used)`` replays the step exactly."""
+    y, cache = dropout.forward({}, x, training, rng, noise.get(key))
+    if cache.mask is not None:
+        used[key] = cache.mask
+    return y, cache
 
 
 def _check_mask(mask: Any, x: Any) -> None:

@@ -1,7 +1,8 @@
-"""Training: the full-batch loop, checkpoints, and runs over several seeds."""
+"""Training: the node-level loop, the graph-level loop, checkpoints, and runs over several seeds."""
 
 from refimpl.train.checkpoint import load_checkpoint, save_checkpoint
 from refimpl.train.experiment import format_summary, mean_ci95, run_seeds, summarize
+from refimpl.train.graph_level import GraphRunResult, GraphTrainConfig, train_graph_model
 from refimpl.train.loop import (
     RunResult,
     TrainConfig,
@@ -11,6 +12,8 @@ from refimpl.train.loop import (
 )
 
 __all__ = [
+    "GraphRunResult",
+    "GraphTrainConfig",
     "RunResult",
     "TrainConfig",
     "TrainingDiverged",
@@ -21,5 +24,6 @@ __all__ = [
     "run_seeds",
     "save_checkpoint",
     "summarize",
+    "train_graph_model",
     "train_model",
 ]

@@ -1,4 +1,5 @@
-"""Tests for refimpl.ops.losses: SciPy formulations, gradients, extreme logits, masks, backends."""
+"""Tests for refimpl.ops.losses: SciPy formulations and naive loops, gradients, extreme logits,
+the L1 kink, masks, backends, PyTorch parity."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from hypothesis import strategies as st
 from scipy.special import expit, log_expit, log_softmax, softmax
 
 from refimpl.backend import asarray, to_numpy
-from refimpl.ops.losses import BCEWithLogits, SoftmaxCrossEntropy
+from refimpl.ops.losses import BCEWithLogits, L1Loss, MSELoss, SoftmaxCrossEntropy
 from refimpl.testing import FORWARD_RTOL, GRADCHECK_RTOL, check_gradients, max_relative_error
 from tests.backends import DEVICE_BACKENDS
 from tests.strategies import seeds
@@ -245,3 +246,174 @@ def test_backward_rejects_non_scalar_or_mistyped_cotangent(block):
         block.backward({}, cache, np.asarray(1.0, dtype=np.float32))
     with pytest.raises(TypeError, match=r"d_loss must be a number or a 0-d array"):
         block.backward({}, cache, "1.0")
+
+
+# -- regression losses: MSELoss and L1Loss --------------------------------------------------------
+
+MSE, L1 = MSELoss(), L1Loss()
+REGRESSION = {"mse": MSE, "l1": L1}
+
+
+@st.composite
+def regression_cases(draw: st.DrawFn):
+    """(predictions, targets, mask or None, d_loss) with G rows and T targets, from a seed."""
+    g, t = draw(st.integers(1, 6)), draw(st.integers(1, 4))
+    rng = np.random.default_rng(draw(seeds()))
+    predictions, targets = rng.standard_normal((g, t)), rng.standard_normal((g, t))
+    mask = None
+    if draw(st.booleans()):
+        mask = rng.random(g) < 0.5
+        mask[rng.integers(g)] = True  # a loss needs at least one row
+    return predictions, targets, mask, float(rng.standard_normal())
+
+
+def naive_regression(name, predictions, targets, mask, d_loss):
+    """Per-entry loops: the mean of (p - t)^2 or |p - t| over masked rows and all columns."""
+    rows = [i for i in range(len(predictions)) if mask is None or mask[i]]
+    terms, d_predictions = [], np.zeros_like(predictions)
+    count = len(rows) * predictions.shape[1]
+    for i in rows:
+        for j in range(predictions.shape[1]):
+            r = predictions[i, j] - targets[i, j]
+            terms.append(r * r if name == "mse" else abs(r))
+            slope = 2 * r if name == "mse" else (1.0 if r > 0 else -1.0 if r < 0 else 0.0)
+            d_predictions[i, j] = d_loss * slope / count
+    return float(np.mean(terms)), d_predictions
+
+
+@pytest.mark.parametrize("name", list(REGRESSION))
+@given(case=regression_cases())
+def test_regression_losses_match_naive_loops_and_leave_inputs_untouched(name, case):
+    predictions, targets, mask, d_loss = case
+    copies = [None if a is None else a.copy() for a in (predictions, targets, mask)]
+    loss, cache = REGRESSION[name].forward({}, predictions, targets, mask)
+    d_predictions, d_params = REGRESSION[name].backward({}, cache, d_loss)
+    loss_naive, d_naive = naive_regression(name, predictions, targets, mask, d_loss)
+    assert loss.shape == () and loss.dtype == np.float64 and d_params == {}
+    assert max_relative_error(loss, np.asarray(loss_naive)) <= F64
+    assert max_relative_error(d_predictions, d_naive) <= F64
+    for value, copy in zip((predictions, targets, mask), copies, strict=True):
+        np.testing.assert_array_equal(value, copy)
+
+
+@pytest.mark.parametrize("name", list(REGRESSION))
+@given(case=regression_cases())
+def test_regression_gradients_match_finite_differences(name, case):
+    # Residuals are standard normal differences: |p - t| < eps = 1e-6 (the L1 kink inside a
+    # central difference) has probability ~1e-6 per entry.
+    predictions, targets, mask, _ = case
+    report = check_gradients(
+        REGRESSION[name], {}, (predictions, targets), forward_kwargs={"mask": mask}, wrt_inputs=[0]
+    )
+    assert report.max_rel_error <= GRADCHECK_RTOL, report.table()
+
+
+def test_l1_gradient_at_zero_residual_is_exactly_zero():
+    # |r| has no derivative at r = 0; the convention is sign(0) = 0, as PyTorch's l1_loss
+    # backward (sgn). An exact prediction must not be pushed either way.
+    predictions = np.array([[1.5, -2.0], [0.0, 3.0]])
+    targets = np.array([[1.5, -1.0], [0.0, 3.0]])  # three residuals exactly 0
+    loss, cache = L1.forward({}, predictions, targets)
+    d_predictions, _ = L1.backward({}, cache, 1.0)
+    assert float(loss) == 0.25  # |-1| / 4
+    np.testing.assert_array_equal(d_predictions, [[0.0, -0.25], [0.0, 0.0]])
+
+
+@pytest.mark.parametrize("name", list(REGRESSION))
+def test_regression_rows_outside_the_mask_get_exactly_zero_gradient(name):
+    rng = np.random.default_rng(9)
+    predictions, targets = rng.standard_normal((5, 2)), rng.standard_normal((5, 2))
+    mask = np.array([True, False, False, True, False])
+    loss, cache = REGRESSION[name].forward({}, predictions, targets, mask)
+    d_predictions, _ = REGRESSION[name].backward({}, cache, 1.0)
+    np.testing.assert_array_equal(d_predictions[~mask], 0.0)
+    loss_selected, _ = REGRESSION[name].forward({}, predictions[mask], targets[mask])
+    assert max_relative_error(loss, loss_selected) <= F64
+
+
+@pytest.mark.parametrize("name", list(REGRESSION))
+@given(case=regression_cases())
+@example(  # zero residuals: torch's l1_loss gradient there is 0 too
+    case=(np.array([[1.0, 2.0], [3.0, 4.0]]), np.array([[1.0, 0.0], [3.0, 5.0]]), None, 0.7)
+)
+def test_regression_losses_match_torch(name, case):
+    torch = pytest.importorskip("torch")
+    functional = torch.nn.functional
+    predictions, targets, mask, d_loss = case
+    loss, cache = REGRESSION[name].forward({}, predictions, targets, mask)
+    d_predictions, _ = REGRESSION[name].backward({}, cache, d_loss)
+
+    rows = np.ones(len(predictions), bool) if mask is None else mask
+    p = torch.tensor(predictions, requires_grad=True)
+    t = torch.tensor(targets)
+    rows_t = torch.from_numpy(rows)
+    torch_loss = (functional.mse_loss if name == "mse" else functional.l1_loss)(
+        p[rows_t], t[rows_t]
+    )
+    (torch_loss * d_loss).backward()
+    assert max_relative_error(loss, torch_loss.detach().numpy()) <= F64
+    assert max_relative_error(d_predictions, p.grad.numpy()) <= F64
+    if name == "l1":  # the kink convention agrees exactly, not just within rounding
+        zero = (predictions == targets) & rows[:, None]
+        np.testing.assert_array_equal(d_predictions[zero], p.grad.numpy()[zero])
+
+
+@pytest.mark.parametrize("name", list(REGRESSION))
+def test_regression_float32_stays_float32(name):
+    rng = np.random.default_rng(10)
+    predictions = rng.standard_normal((4, 2)).astype(np.float32)
+    targets = rng.standard_normal((4, 2)).astype(np.float32)
+    loss, cache = REGRESSION[name].forward({}, predictions, targets)
+    d_from_float, _ = REGRESSION[name].backward({}, cache, 2.0)
+    d_from_scalar, _ = REGRESSION[name].backward({}, cache, np.float32(2.0))
+    assert loss.dtype == d_from_float.dtype == np.float32
+    np.testing.assert_array_equal(d_from_float, d_from_scalar)
+
+
+@pytest.mark.parametrize("backend", DEVICE_BACKENDS)
+@pytest.mark.parametrize("name", list(REGRESSION))
+def test_regression_backend_matches_numpy(name, backend):
+    rng = np.random.default_rng(11)
+    predictions, targets = rng.standard_normal((5, 3)), rng.standard_normal((5, 3))
+    mask = np.array([True, False, True, True, False])
+    loss, cache = REGRESSION[name].forward({}, predictions, targets, mask)
+    d_predictions, _ = REGRESSION[name].backward({}, cache, 0.7)
+    on = [asarray(a, backend=backend) for a in (predictions, targets, mask)]
+    loss_b, cache_b = REGRESSION[name].forward({}, *on)
+    d_b, _ = REGRESSION[name].backward({}, cache_b, asarray(np.asarray(0.7), backend=backend))
+    assert loss_b.shape == ()
+    assert max_relative_error(to_numpy(loss_b), loss) <= F64
+    assert max_relative_error(to_numpy(d_b), d_predictions) <= F64
+
+
+PREDICTIONS = np.zeros((3, 2))
+REGRESSION_ERRORS = [
+    ((PREDICTIONS, np.zeros((3, 1)), None), ValueError, r"targets must have the predictions'"),
+    ((PREDICTIONS, np.zeros((3, 2), np.float32), None), TypeError, r"targets have dtype float32"),
+    ((PREDICTIONS, np.zeros((3, 2), np.int64), None), TypeError, r"targets have dtype int64"),
+    ((PREDICTIONS, np.full((3, 2), np.nan), None), ValueError, r"targets contains NaN"),
+    ((PREDICTIONS, [[0.0, 0.0]] * 3, None), TypeError, r"targets must be an array"),
+    ((PREDICTIONS, PREDICTIONS, np.zeros(3, bool)), ValueError, r"mask selects no rows"),
+    ((PREDICTIONS, PREDICTIONS, np.ones(2, bool)), ValueError, r"mask must have shape"),
+    ((PREDICTIONS[:, 0], PREDICTIONS[:, 0], None), ValueError, r"predictions must be 2-D"),
+    ((PREDICTIONS[:, :0], PREDICTIONS[:, :0], None), ValueError, r"T >= 1 columns"),
+    ((PREDICTIONS + np.inf, PREDICTIONS, None), ValueError, r"predictions contains NaN"),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "inputs", "error", "message"),
+    [(name, *case) for name in REGRESSION for case in REGRESSION_ERRORS],
+)
+def test_regression_forward_rejects_bad_input_with_a_fix(name, inputs, error, message):
+    with pytest.raises(error, match=message):
+        REGRESSION[name].forward({}, *inputs)
+
+
+@pytest.mark.parametrize("name", list(REGRESSION))
+def test_regression_backward_rejects_non_scalar_or_mistyped_cotangent(name):
+    _, cache = REGRESSION[name].forward({}, PREDICTIONS, PREDICTIONS + 1)
+    with pytest.raises(ValueError, match=r"d_loss must be a scalar"):
+        REGRESSION[name].backward({}, cache, np.ones(2))
+    with pytest.raises(TypeError, match=r"d_loss has dtype float32 but the loss was computed"):
+        REGRESSION[name].backward({}, cache, np.asarray(1.0, dtype=np.float32))

@@ -1,0 +1,512 @@
+"""Graph-level datasets: many small graphs stored flat, and their ``.npz`` file.
+
+The graph-level tasks of the massive-activations supplement (Sec. 1: ZINC graph
+regression, TOX21 multi-label classification) use thousands of small molecular
+graphs with typed atoms (node features) and typed bonds (edge features).
+:class:`GraphDataset` holds them as PyTorch Geometric's ``InMemoryDataset``
+does: every graph's arrays concatenated, plus pointers saying where each graph
+starts. Nothing is downloaded; the graph-level benchmarks are not bundled
+either: convert your own copy into the file format below, or use
+:func:`refimpl.data.molecules.synthetic_molecules`.
+
+Layout (``G`` graphs, ``N`` nodes and ``E`` edges in all; graph ``i`` has
+``n_i`` nodes and ``e_i`` edges)
+---------------------------------------------------------------------
+==============  ================  =========================================================
+field           shape, dtype      meaning
+==============  ================  =========================================================
+``x``           (N, F) float      node features, graph 0's rows first, then graph 1's, ...
+``edge_index``  (2, E) int64      row 0 source ``u``, row 1 target ``v`` (PyG convention), as
+                                  node indices LOCAL to their graph: ``0 <= u, v < n_i``
+``edge_attr``   (E, B) float      edge features, in ``edge_index``'s column order (B may be 0)
+``node_ptr``    (G+1,) int64      graph ``i`` owns node rows ``node_ptr[i]:node_ptr[i+1]``;
+                                  ``node_ptr[0] = 0``, ``node_ptr[G] = N``, every ``n_i >= 1``
+``edge_ptr``    (G+1,) int64      graph ``i`` owns edge columns ``edge_ptr[i]:edge_ptr[i+1]``;
+                                  ``edge_ptr[0] = 0``, ``edge_ptr[G] = E``, ``e_i >= 0``
+``y``           (G, T) float      targets: real values (``task="regression"``) or 0/1
+                                  labels (``task="multilabel"``), finite
+``name``        str               a label for logs
+``task``        str               ``"regression"`` or ``"multilabel"``
+==============  ================  =========================================================
+
+Edges are directed as stored: an undirected bond is two columns ``(u, v)`` and
+``(v, u)`` with the same ``edge_attr`` row (PyG's ZINC and MoleculeNet files,
+and :func:`~refimpl.data.molecules.synthetic_molecules`, store them so). Local
+indices are what PyG's ``InMemoryDataset.collate`` stores (``increment=False``);
+batching adds the offsets (:func:`refimpl.data.graph_batch.collate`).
+
+On disk: one ``.npz`` file
+--------------------------
+:func:`save_graph_dataset` writes ``numpy.savez_compressed`` with exactly the
+keys ``x``, ``edge_index``, ``edge_attr``, ``node_ptr``, ``edge_ptr``, ``y``
+(the arrays above, dtypes as in the table: float arrays of any float dtype,
+the three index arrays int64), ``name`` and ``task`` (0-d unicode arrays,
+``numpy.array("zinc")``) and ``format_version`` (0-d integer array, 1). No
+object arrays: :func:`load_graph_dataset` reads with ``allow_pickle=False`` and
+validates everything, naming the missing or extra key, or the wrong shape or
+dtype, and the fix. The write is atomic (a temporary file in the same folder,
+then ``os.replace``), so an interrupted save never leaves half a file.
+
+Producing the file from your own molecules (per graph ``i``: ``xs[i]`` (n_i, F),
+``edges[i]`` (2, e_i) local indices, ``bonds[i]`` (e_i, B), ``ys[i]`` (T,))::
+
+    import numpy as np
+    from refimpl.data.graph_dataset import GraphDataset, save_graph_dataset
+
+    node_ptr = np.concatenate([[0], np.cumsum([len(a) for a in xs])]).astype(np.int64)
+    edge_ptr = np.concatenate([[0], np.cumsum([e.shape[1] for e in edges])]).astype(np.int64)
+    dataset = GraphDataset(
+        name="zinc-12k-train",
+        x=np.concatenate(xs).astype(np.float64),              # e.g. np.eye(28)[atom_type]
+        edge_index=np.concatenate(edges, axis=1).astype(np.int64),
+        edge_attr=np.concatenate(bonds).astype(np.float64),   # e.g. np.eye(4)[bond_type]
+        node_ptr=node_ptr,
+        edge_ptr=edge_ptr,
+        y=np.asarray(ys, dtype=np.float64).reshape(len(xs), -1),
+        task="regression",
+    )
+    save_graph_dataset("zinc-12k-train.npz", dataset)
+
+From a PyG ``InMemoryDataset`` (``torch_geometric.datasets.ZINC``, say), the
+flat arrays already exist: ``data, slices = ds._data, ds.slices``; then
+``node_ptr = slices["x"].numpy()``, ``edge_ptr = slices["edge_index"].numpy()``,
+``edge_index = data.edge_index.numpy()`` (local), and the features one-hot
+encoded from ``data.x[:, 0]`` and ``data.edge_attr`` as above.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from refimpl.graph import Graph
+
+__all__ = [
+    "FORMAT_VERSION",
+    "GraphDataset",
+    "load_graph_dataset",
+    "save_graph_dataset",
+]
+
+TASKS = ("regression", "multilabel")
+FORMAT_VERSION = 1  # the ``format_version`` written and read
+FILE_KEYS = (
+    "x",
+    "edge_index",
+    "edge_attr",
+    "node_ptr",
+    "edge_ptr",
+    "y",
+    "name",
+    "task",
+    "format_version",
+)
+
+
+# -- the dataset -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class GraphDataset:
+    """Many small graphs stored flat (see the module docstring for the layout), validated.
+
+    Attributes
+    ----------
+    name : str
+    x : float array (N, F)
+    edge_index : int64 array (2, E), node indices local to each graph
+    edge_attr : float array (E, B)
+    node_ptr, edge_ptr : int64 arrays (G+1,)
+    y : float array (G, T)
+    task : ``"regression"`` or ``"multilabel"`` (then ``y`` holds only 0 and 1)
+
+    ``G = 0`` (an empty split) is allowed. The arrays are held, not copied:
+    treat them as read-only (the methods return new datasets or views).
+    """
+
+    name: str
+    x: np.ndarray
+    edge_index: np.ndarray
+    edge_attr: np.ndarray
+    node_ptr: np.ndarray
+    edge_ptr: np.ndarray
+    y: np.ndarray
+    task: str = "regression"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise TypeError(f"name must be a str, got {type(self.name).__name__}")
+        if self.task not in TASKS:
+            raise ValueError(f"task must be one of {TASKS}, got {self.task!r}")
+        for key in ("x", "edge_attr", "y"):
+            _check_float(getattr(self, key), key)
+        for key in ("edge_index", "node_ptr", "edge_ptr"):
+            _check_int64(getattr(self, key), key)
+        for key, ndim in (("x", 2), ("edge_index", 2), ("edge_attr", 2), ("y", 2)):
+            value = getattr(self, key)
+            if value.ndim != ndim:
+                raise ValueError(
+                    f"{key} must be {ndim}-D (see the layout in refimpl.data.graph_dataset), "
+                    f"got shape {value.shape}"
+                    + ("; for one target per graph use y.reshape(-1, 1)" if key == "y" else "")
+                )
+        if self.edge_index.shape[0] != 2:
+            raise ValueError(
+                f"edge_index must have shape (2, E) (row 0 sources, row 1 targets), got "
+                f"{self.edge_index.shape}; transpose an (E, 2) edge list with edge_index.T"
+            )
+        num_nodes, num_edges = self.x.shape[0], self.edge_index.shape[1]
+        _check_ptr(self.node_ptr, "node_ptr", num_nodes, "the number of rows of x", empty=False)
+        _check_ptr(self.edge_ptr, "edge_ptr", num_edges, "the number of columns of edge_index")
+        num_graphs = self.node_ptr.shape[0] - 1
+        if self.edge_ptr.shape != self.node_ptr.shape:
+            raise ValueError(
+                f"node_ptr and edge_ptr must both have G + 1 entries, got {self.node_ptr.shape} "
+                f"and {self.edge_ptr.shape}"
+            )
+        if self.edge_attr.shape[0] != num_edges:
+            raise ValueError(
+                f"edge_attr must have one row per edge, (E, B) = ({num_edges}, B), got "
+                f"{self.edge_attr.shape}; for graphs without edge features use "
+                "np.zeros((E, 0))"
+            )
+        if self.y.shape[0] != num_graphs or self.y.shape[1] < 1:
+            raise ValueError(
+                f"y must have shape (G, T) = ({num_graphs}, T >= 1), one row per graph, "
+                f"got {self.y.shape}"
+            )
+        self._check_local_indices()
+        for key in ("x", "edge_attr", "y"):
+            value = getattr(self, key)
+            if not np.isfinite(value).all():
+                raise ValueError(f"{key} contains NaN or infinity; the format holds finite values")
+        if self.task == "multilabel" and not np.isin(self.y, (0, 1)).all():
+            raise ValueError(
+                "multi-label y must hold only 0 and 1; for real-valued targets use "
+                "task='regression'"
+            )
+
+    def _check_local_indices(self) -> None:
+        sizes = np.diff(self.node_ptr)  # (G,) n_i
+        owner = np.repeat(np.arange(sizes.shape[0]), np.diff(self.edge_ptr))  # (E,) graph of edge
+        limit = sizes[owner]  # (E,)
+        outside = ((self.edge_index < 0) | (self.edge_index >= limit)).any(axis=0)  # (E,)
+        if outside.any():
+            e = int(np.flatnonzero(outside)[0])
+            g = int(owner[e])
+            raise ValueError(
+                f"edge {e} (of graph {g}, which has {int(sizes[g])} nodes) joins nodes "
+                f"{self.edge_index[:, e].tolist()}, outside 0..{int(sizes[g]) - 1}: edge_index "
+                "holds node indices local to each graph. If yours are global (offset by "
+                "node_ptr), make them local with edge_index - np.repeat(node_ptr[:-1], "
+                "np.diff(edge_ptr))"
+            )
+
+    # -- sizes -------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return int(self.node_ptr.shape[0] - 1)
+
+    @property
+    def num_node_features(self) -> int:
+        return int(self.x.shape[1])
+
+    @property
+    def num_edge_features(self) -> int:
+        return int(self.edge_attr.shape[1])
+
+    @property
+    def num_targets(self) -> int:
+        return int(self.y.shape[1])
+
+    # -- access ------------------------------------------------------------------------------
+    def graph(self, i: int) -> tuple[Graph, np.ndarray, np.ndarray, np.ndarray]:
+        """Graph ``i`` alone: ``(Graph (n_i nodes), x_i (n_i, F), edge_attr_i (e_i, B), y_i (T,))``.
+
+        ``x_i``, ``edge_attr_i`` and ``y_i`` are views into the dataset's arrays.
+        """
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+            raise TypeError(f"graph index must be an int, got {type(i).__name__}")
+        if not 0 <= i < len(self):
+            raise IndexError(f"graph index {i} out of range for {len(self)} graphs")
+        n0, n1 = int(self.node_ptr[i]), int(self.node_ptr[i + 1])
+        e0, e1 = int(self.edge_ptr[i]), int(self.edge_ptr[i + 1])
+        graph = Graph(self.edge_index[:, e0:e1], n1 - n0)
+        return graph, self.x[n0:n1], self.edge_attr[e0:e1], self.y[i]
+
+    def subset(self, indices: Any) -> GraphDataset:
+        """The graphs ``indices`` (ints in ``[0, G)``, repeats allowed, or a (G,) bool mask),
+        in that order, as a new dataset (copies)."""
+        chosen = _check_indices(indices, len(self))
+        sizes = np.diff(self.node_ptr)[chosen]  # (g,)
+        edge_counts = np.diff(self.edge_ptr)[chosen]  # (g,)
+        node_rows = _ranges(self.node_ptr[chosen], sizes)  # (n,)
+        edge_cols = _ranges(self.edge_ptr[chosen], edge_counts)  # (e,)
+        return GraphDataset(
+            name=self.name,
+            x=self.x[node_rows],
+            edge_index=self.edge_index[:, edge_cols],
+            edge_attr=self.edge_attr[edge_cols],
+            node_ptr=_pointers(sizes),
+            edge_ptr=_pointers(edge_counts),
+            y=self.y[chosen],
+            task=self.task,
+        )
+
+    def split(
+        self,
+        fractions: tuple[float, float, float] = (0.8, 0.1, 0.1),
+        seed: int | np.random.Generator = 0,
+    ) -> tuple[GraphDataset, GraphDataset, GraphDataset]:
+        """A seeded random ``(train, val, test)`` split.
+
+        A permutation of the ``G`` graphs (``numpy.random.default_rng(seed)``,
+        or the given Generator) is cut into ``floor(f_train G)``,
+        ``floor(f_val G)`` and the rest; each part keeps the dataset's order.
+        ``fractions`` are three numbers >= 0 summing to 1.
+        """
+        shares = np.asarray(fractions, dtype=np.float64)
+        if shares.shape != (3,) or not np.isfinite(shares).all() or (shares < 0).any():
+            raise ValueError(f"fractions must be three numbers >= 0, got {fractions!r}")
+        if abs(float(shares.sum()) - 1.0) > 1e-9:
+            raise ValueError(f"fractions must sum to 1, got {fractions!r} (sum {shares.sum()})")
+        rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+        num_graphs = len(self)
+        order = rng.permutation(num_graphs)
+        # + 1e-9: 0.29 * 100 = 28.999999999999996 in floating point, not 28
+        num_train = int(np.floor(shares[0] * num_graphs + 1e-9))
+        num_val = int(np.floor(shares[1] * num_graphs + 1e-9))
+        parts = np.split(order, [num_train, num_train + num_val])
+        train, val, test = (self.subset(np.sort(part)) for part in parts)
+        return train, val, test
+
+    def astype(self, dtype: Any) -> GraphDataset:
+        """A copy with ``x``, ``edge_attr`` and ``y`` cast to the float ``dtype``."""
+        return _cast_features(self, dtype)
+
+    def summary(self) -> str:
+        """One line: name, G, N, E (directed), F, B, T, task."""
+        return (
+            f"{self.name}: graphs={len(self)} N={self.x.shape[0]} E={self.edge_index.shape[1]} "
+            f"F={self.num_node_features} B={self.num_edge_features} T={self.num_targets} "
+            f"task={self.task}"
+        )
+
+    def __repr__(self) -> str:
+        return f"GraphDataset({self.summary()})"
+
+
+def _cast_features(record: Any, dtype: Any) -> Any:
+    """A copy of the frozen dataclass ``record`` (a :class:`GraphDataset` or a
+    :class:`~refimpl.data.graph_batch.GraphBatch`) with ``x``, ``edge_attr`` and ``y``
+    cast to the float ``dtype``."""
+    if np.dtype(dtype).kind != "f":
+        raise TypeError(f"features must stay floating point, got dtype {np.dtype(dtype)}")
+    return dataclasses.replace(
+        record,
+        x=record.x.astype(dtype),
+        edge_attr=record.edge_attr.astype(dtype),
+        y=record.y.astype(dtype),
+    )
+
+
+def _check_float(value: Any, key: str) -> None:
+    if not isinstance(value, np.ndarray) or value.dtype.kind != "f":
+        raise TypeError(
+            f"{key} must be a floating-point NumPy array, got "
+            f"{getattr(value, 'dtype', type(value).__name__)}; convert with "
+            f"np.asarray({key}, dtype=np.float64)"
+        )
+
+
+def _check_int64(value: Any, key: str) -> None:
+    if not isinstance(value, np.ndarray) or value.dtype != np.int64:
+        raise TypeError(
+            f"{key} must be an int64 NumPy array, got "
+            f"{getattr(value, 'dtype', type(value).__name__)}; convert with "
+            f"np.asarray({key}).astype(np.int64) (after checking the values are whole)"
+        )
+
+
+def _check_ptr(ptr: np.ndarray, key: str, total: int, what: str, *, empty: bool = True) -> None:
+    """``ptr`` (G+1,) starts at 0, ends at ``total``, never decreases (strictly increases
+    when ``empty`` is False: every graph has a node)."""
+    if ptr.ndim != 1 or ptr.shape[0] < 1:
+        raise ValueError(f"{key} must have shape (G + 1,), got {ptr.shape}")
+    if ptr[0] != 0 or ptr[-1] != total:
+        raise ValueError(
+            f"{key} must start at 0 and end at {what} ({total}), got {key}[0] = {int(ptr[0])}, "
+            f"{key}[-1] = {int(ptr[-1])}; build it with np.concatenate([[0], np.cumsum(counts)])"
+        )
+    steps = np.diff(ptr)
+    bad = np.flatnonzero(steps < (0 if empty else 1))
+    if bad.size:
+        g = int(bad[0])
+        need = "never decrease" if empty else "increase: every graph needs at least one node"
+        raise ValueError(f"{key} must {need}; graph {g} has {key}[{g}+1] - {key}[{g}] = {steps[g]}")
+
+
+def _check_indices(indices: Any, num_graphs: int) -> np.ndarray:
+    chosen = np.asarray(indices)
+    if chosen.dtype == np.bool_:
+        if chosen.shape != (num_graphs,):
+            raise ValueError(
+                f"a boolean mask of graphs must have shape (G,) = ({num_graphs},), "
+                f"got {chosen.shape}"
+            )
+        return np.flatnonzero(chosen)
+    if chosen.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if chosen.ndim != 1 or chosen.dtype.kind not in "iu":
+        raise TypeError(
+            f"graph indices must be a 1-D integer array (or a (G,) bool mask), got "
+            f"{chosen.dtype}{chosen.shape}"
+        )
+    if int(chosen.min()) < 0 or int(chosen.max()) >= num_graphs:
+        raise ValueError(
+            f"graph indices must lie in [0, {num_graphs}), got values in "
+            f"[{int(chosen.min())}, {int(chosen.max())}]"
+        )
+    return chosen.astype(np.int64, copy=False)
+
+
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """``concatenate([arange(s, s + l) for s, l in zip(starts, lengths)])`` without a loop."""
+    ends = np.cumsum(lengths)  # (g,) end of each range in the output
+    # Output position p of range j holds starts[j] + (p - (ends[j] - lengths[j])).
+    return np.arange(int(ends[-1]) if ends.size else 0) + np.repeat(
+        starts - ends + lengths, lengths
+    )
+
+
+def _pointers(counts: np.ndarray) -> np.ndarray:
+    """``[0, c_0, c_0 + c_1, ...]`` as int64, (g + 1,)."""
+    ptr = np.zeros(counts.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts, out=ptr[1:])
+    return ptr
+
+
+# -- the file ----------------------------------------------------------------------------------
+
+
+def save_graph_dataset(path: str | os.PathLike, dataset: GraphDataset) -> None:
+    """Write ``dataset`` to one ``.npz`` file at ``path`` (exactly that name), atomically.
+
+    See the module docstring for the keys. The temporary file lives in the
+    target's folder (so ``os.replace`` is a rename on one file system) and is
+    removed if the write fails; the result gets the usual permissions
+    (``0o666`` less the umask).
+    """
+    if not isinstance(dataset, GraphDataset):
+        raise TypeError(f"dataset must be a GraphDataset, got {type(dataset).__name__}")
+    path = Path(path)
+    arrays = {
+        "x": dataset.x,
+        "edge_index": dataset.edge_index,
+        "edge_attr": dataset.edge_attr,
+        "node_ptr": dataset.node_ptr,
+        "edge_ptr": dataset.edge_ptr,
+        "y": dataset.y,
+        "name": np.array(dataset.name, dtype=np.str_),  # 0-d unicode
+        "task": np.array(dataset.task, dtype=np.str_),
+        "format_version": np.array(FORMAT_VERSION, dtype=np.int64),
+    }
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            np.savez_compressed(stream, **arrays)  # a file object: no ".npz" appended
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp creates 0o600
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def load_graph_dataset(path: str | os.PathLike) -> GraphDataset:
+    """Read a file written by :func:`save_graph_dataset` (or by hand to the same format).
+
+    Raises ``FileNotFoundError`` for a missing file, ``ValueError`` for a file
+    that is not an ``.npz`` archive, has missing or extra keys, object (pickled)
+    arrays, another ``format_version``, and ``ValueError``/``TypeError`` (with
+    the path in front) for any array the :class:`GraphDataset` validation rejects.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"no graph dataset file at {path}; write one with save_graph_dataset or see the "
+            "format in refimpl.data.graph_dataset"
+        )
+    try:
+        archive = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
+        raise ValueError(
+            f"{path} is not a NumPy .npz archive ({err}); write it with save_graph_dataset"
+        ) from err
+    if not isinstance(archive, np.lib.npyio.NpzFile):
+        raise ValueError(
+            f"{path} holds a single array (.npy), not an .npz archive of the keys "
+            f"{list(FILE_KEYS)}; write it with save_graph_dataset"
+        )
+    with archive:
+        present = list(archive.files)
+        missing = [key for key in FILE_KEYS if key not in present]
+        unexpected = sorted(key for key in present if key not in FILE_KEYS)
+        if missing or unexpected:
+            raise ValueError(
+                f"{path}: missing keys {missing}, unexpected keys {unexpected}; a graph dataset "
+                f"file holds exactly {list(FILE_KEYS)} (write it with save_graph_dataset; the "
+                "format is in refimpl.data.graph_dataset)"
+            )
+        arrays = {}
+        for key in FILE_KEYS:
+            try:
+                arrays[key] = archive[key]
+            except ValueError as err:  # an object array under allow_pickle=False
+                raise ValueError(
+                    f"{path}: key {key!r} holds Python objects (a pickled array), which are not "
+                    "read; store numeric arrays, and name/task as np.array(str)"
+                ) from err
+    version = arrays["format_version"]
+    if version.shape != () or version.dtype.kind not in "iu" or int(version) != FORMAT_VERSION:
+        raise ValueError(
+            f"{path}: format_version is {version!r}; this refimpl reads format_version = "
+            f"{FORMAT_VERSION} (a 0-d integer array)"
+        )
+    strings = {}
+    for key in ("name", "task"):
+        value = arrays[key]
+        if value.shape != () or value.dtype.kind != "U":
+            raise ValueError(
+                f"{path}: {key} must be a 0-d unicode array such as np.array('zinc'), got "
+                f"{value.dtype}{value.shape}"
+            )
+        strings[key] = str(value[()])
+    try:
+        return GraphDataset(
+            name=strings["name"],
+            x=arrays["x"],
+            edge_index=arrays["edge_index"],
+            edge_attr=arrays["edge_attr"],
+            node_ptr=arrays["node_ptr"],
+            edge_ptr=arrays["edge_ptr"],
+            y=arrays["y"],
+            task=strings["task"],
+        )
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"{path}: {err}") from err

@@ -1,0 +1,230 @@
+"""Massive activations per layer: summaries, base against trained, a table and a plot.
+
+MA-supp Sec. 3 compares each layer's activations in the untrained (base) and
+the trained model: the KS statistic ``D_n`` of the gamma fit to
+``t = -log10(r + eps)`` (Sec. 3.2 steps 1-4) and the largest max/median ratio
+``rho``, flagged as a massive activation above a threshold (default 1000).
+The statistics themselves, their shapes and conventions (median, zero
+medians, where ``eps`` sits, subsampling, how to read ``D_n`` and the p-value)
+are in :mod:`refimpl.diagnostics.massive_activations`; this module gathers
+them per array and per layer:
+
+- :func:`summarize_activations`: one ``(R, C)`` array ->
+  :class:`ActivationSummary` (:func:`ratio_distribution_test` plus the
+  largest ``rho`` and whether it exceeds the threshold);
+- :func:`compare_base_trained`: ``{layer: (R, C)}`` of base and trained ->
+  one :class:`LayerComparison` per layer; same-shaped arrays are sampled at
+  the same positions, so ``ks_increase`` compares like with like;
+- :func:`format_comparison`: a fixed-width text table of those records;
+- :func:`plot_ratio_distributions`: per layer, histograms of ``t`` with the
+  fitted gamma densities (needs matplotlib).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from refimpl.diagnostics.massive_activations import (
+    DEFAULT_EPS,
+    DEFAULT_MAX_SAMPLES,
+    DEFAULT_THRESHOLD,
+    _check_threshold,
+    gamma_ks_test,
+    log_ratios,
+    max_median_ratio,
+    ratio_distribution_test,
+)
+from refimpl.validation import check_keys
+
+__all__ = [
+    "ActivationSummary",
+    "LayerComparison",
+    "compare_base_trained",
+    "format_comparison",
+    "plot_ratio_distributions",
+    "summarize_activations",
+]
+
+
+# -- per array, per layer ----------------------------------------------------------------------
+
+
+class ActivationSummary(NamedTuple):
+    """One array's MA statistics: :func:`ratio_distribution_test` and the largest ``rho``."""
+
+    ks_statistic: float
+    p_value: float
+    gamma_shape: float
+    gamma_loc: float
+    gamma_scale: float
+    mean_loglik: float
+    num_samples: int
+    num_nonfinite: int
+    max_ratio: float  # max over rows of max_median_ratio
+    flagged: bool  # max_ratio > threshold
+
+
+def summarize_activations(
+    x: Any,
+    threshold: float = DEFAULT_THRESHOLD,
+    median: str = "midpoint",
+    eps: float = DEFAULT_EPS,
+    max_samples: int | None = DEFAULT_MAX_SAMPLES,
+    seed: int | None = 0,
+) -> ActivationSummary:
+    """:func:`ratio_distribution_test` and the largest max/median ratio of one ``(R, C)`` array."""
+    threshold = _check_threshold(threshold)
+    largest = float(max_median_ratio(x, median).max())
+    test = ratio_distribution_test(x, median, eps, max_samples, seed)
+    return ActivationSummary(**test, max_ratio=largest, flagged=largest > threshold)
+
+
+class LayerComparison(NamedTuple):
+    """Base and trained statistics of one layer (MA-supp Sec. 3: base against trained)."""
+
+    layer: str
+    base: ActivationSummary
+    trained: ActivationSummary
+
+    @property
+    def flagged(self) -> bool:
+        """The trained activations hold an MA (max/median ratio above the threshold)."""
+        return self.trained.flagged
+
+    @property
+    def ks_increase(self) -> float:
+        """``D_n(trained) - D_n(base)``: positive when training moved away from the gamma."""
+        return self.trained.ks_statistic - self.base.ks_statistic
+
+
+def _check_layers(base: Any, trained: Any) -> list[str]:
+    for name, value in (("base", base), ("trained", trained)):
+        if not isinstance(value, Mapping) or not value:
+            raise TypeError(
+                f"{name} must be a non-empty mapping of layer name -> (R, C) activations, "
+                f"got {type(value).__name__}"
+            )
+    layers = list(base)
+    check_keys(trained, layers, "trained layers differ from base layers", "pass the same layers")
+    return layers
+
+
+def compare_base_trained(
+    base: Mapping[str, Any],
+    trained: Mapping[str, Any],
+    threshold: float = DEFAULT_THRESHOLD,
+    median: str = "midpoint",
+    *,
+    eps: float = DEFAULT_EPS,
+    max_samples: int | None = DEFAULT_MAX_SAMPLES,
+    seed: int | None = 0,
+) -> list[LayerComparison]:
+    """Per layer (``base``'s order), :func:`summarize_activations` of base and trained.
+
+    ``base`` and ``trained`` map layer names to ``(R, C)`` activations (the
+    same inputs through the untrained and the trained model); same-shaped
+    arrays are sampled at the same positions.
+    """
+    layers = _check_layers(base, trained)
+    options = {"threshold": threshold, "median": median, "eps": eps}
+    options |= {"max_samples": max_samples, "seed": seed}
+    return [
+        LayerComparison(
+            layer,
+            summarize_activations(base[layer], **options),
+            summarize_activations(trained[layer], **options),
+        )
+        for layer in layers
+    ]
+
+
+def format_comparison(records: list[LayerComparison]) -> str:
+    """A fixed-width table of :func:`compare_base_trained`: two lines (base, trained) per layer."""
+    width = max([len("layer"), *(len(r.layer) for r in records)])
+    header = (
+        f"{'layer':<{width}}  {'model':<7}  {'KS D_n':>8}  {'p-value':>9}  {'shape':>9}  "
+        f"{'loc':>10}  {'scale':>10}  {'max ratio':>10}   MA"
+    )
+    lines = [header, "-" * len(header)]
+    for record in records:
+        for label, s in (("base", record.base), ("trained", record.trained)):
+            name = record.layer if label == "base" else ""
+            lines.append(
+                f"{name:<{width}}  {label:<7}  {s.ks_statistic:>8.4f}  {s.p_value:>9.2e}  "
+                f"{s.gamma_shape:>9.4g}  {s.gamma_loc:>10.4g}  {s.gamma_scale:>10.4g}  "
+                f"{s.max_ratio:>10.4g}  {'yes' if s.flagged else 'no':>3}"
+            )
+    return "\n".join(lines)
+
+
+# -- plot --------------------------------------------------------------------------------------
+
+
+def plot_ratio_distributions(
+    base: Mapping[str, Any],
+    trained: Mapping[str, Any],
+    path: str | Path,
+    *,
+    median: str = "midpoint",
+    eps: float = DEFAULT_EPS,
+    max_samples: int | None = DEFAULT_MAX_SAMPLES,
+    seed: int | None = 0,
+    threshold: float = DEFAULT_THRESHOLD,
+    bins: int = 60,
+    columns: int = 3,
+    dpi: int = 120,
+) -> Path:
+    """Per layer, histograms of ``t`` (base and trained) with each fitted gamma density on top.
+
+    One axes per layer on a grid of ``columns`` columns, with a dashed line at
+    ``t = -log10(threshold)`` (MAs lie left of it); the samples and fits are
+    those of :func:`compare_base_trained` with the same options. The format
+    follows ``path``'s suffix (``.png``, ``.svg``, ``.pdf``; ``dpi`` sets a raster's
+    resolution). Drawn on an Agg
+    canvas without pyplot, so the caller's matplotlib backend and open figures
+    are untouched. Needs matplotlib (``pip install -e ".[plot]"``). Returns
+    ``path``.
+    """
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as err:
+        raise ImportError(
+            'plot_ratio_distributions needs matplotlib: pip install -e ".[plot]"'
+        ) from err
+    from scipy import stats
+
+    layers = _check_layers(base, trained)
+    threshold = _check_threshold(threshold)
+    columns = min(columns, len(layers))
+    rows = math.ceil(len(layers) / columns)
+    figure = Figure(figsize=(4.5 * columns, 3.4 * rows))
+    FigureCanvasAgg(figure)
+    grid = figure.subplots(rows, columns, squeeze=False)
+    for axis in grid.ravel()[len(layers) :]:
+        figure.delaxes(axis)
+    for axis, layer in zip(grid.ravel(), layers, strict=False):
+        samples = {}
+        for label, arrays in (("base", base), ("trained", trained)):
+            t = log_ratios(arrays[layer], median, eps, max_samples, seed).values
+            samples[label] = (t, gamma_ks_test(t))
+        edges = np.histogram_bin_edges(np.concatenate([t for t, _ in samples.values()]), bins)
+        grid_t = np.linspace(edges[0], edges[-1], 400)
+        for (label, (t, fit)), colour in zip(samples.items(), ("C0", "C3"), strict=True):
+            axis.hist(t, bins=edges, density=True, alpha=0.45, color=colour, label=label)
+            density = stats.gamma.pdf(
+                grid_t, fit["gamma_shape"], fit["gamma_loc"], fit["gamma_scale"]
+            )
+            fit_label = f"gamma fit, D={fit['ks_statistic']:.3f}"
+            axis.plot(grid_t, density, color=colour, label=fit_label)
+        axis.axvline(-math.log10(threshold), color="grey", linestyle="--", label="threshold")
+        axis.set(title=layer, xlabel="t = -log10(|x| / median + eps)", ylabel="density")
+        axis.legend(fontsize="small")
+    figure.tight_layout()
+    figure.savefig(path, dpi=dpi)
+    return Path(path)

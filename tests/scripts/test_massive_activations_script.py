@@ -1,0 +1,49 @@
+"""Smoke test of ``scripts/massive_activations.py``: a tiny run, its outputs, and a resumed run
+that ends where an uninterrupted one does."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "massive_activations.py"
+TINY = ["--graphs", "40", "--layers", "2", "--hidden", "8", "--heads", "2", "--batch-size", "8"]
+
+
+@pytest.fixture(scope="module")
+def script():
+    spec = importlib.util.spec_from_file_location("massive_activations", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_tiny_run_writes_the_comparison_and_the_plot(script, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    summary = script.main([*TINY, "--epochs", "2", "--out", str(tmp_path)])
+    assert json.loads((tmp_path / "comparison.json").read_text()) == json.loads(
+        json.dumps(summary, default=float)
+    )
+    assert (tmp_path / "massive_activations.png").stat().st_size > 0
+    assert (tmp_path / "run" / "final.npz").exists()
+    layers = [record["layer"] for record in summary["layers"]]
+    assert layers == ["layer0.scores", "layer0.output", "layer1.scores", "layer1.output"]
+    for record in summary["layers"]:
+        for model in ("base", "trained"):
+            assert 0.0 <= record[model]["ks_statistic"] <= 1.0
+            assert record[model]["max_ratio"] >= 1.0
+    printed = capsys.readouterr().out
+    assert "KS" in printed and "above 1000" in printed
+
+
+def test_resumed_run_ends_like_an_uninterrupted_one(script, tmp_path):
+    pytest.importorskip("matplotlib")
+    full = script.main([*TINY, "--epochs", "10", "--out", str(tmp_path / "full")])
+    script.main([*TINY, "--epochs", "5", "--out", str(tmp_path / "part")])
+    resumed = script.main([*TINY, "--epochs", "10", "--out", str(tmp_path / "part"), "--resume"])
+    assert resumed["layers"] == full["layers"]
+    keep = ("best_epoch", "val_metric", "test_metric", "epochs_run", "final_train_loss")
+    assert {k: resumed["training"][k] for k in keep} == {k: full["training"][k] for k in keep}

@@ -1,0 +1,110 @@
+"""Graph-level training: resumed runs are bit-identical, positional encodings follow their graphs
+into batches, learning beats the best constant, multi-label runs report ROC-AUC, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from refimpl.data import collate, laplacian_pe, synthetic_molecules
+from refimpl.models import GraphTransformer
+from refimpl.train import GraphTrainConfig, train_graph_model
+from refimpl.train.graph_level import _Split
+
+
+def small_model(dataset: object, **overrides: object) -> GraphTransformer:
+    config = {
+        "in_channels": dataset.num_node_features,
+        "out_channels": dataset.num_targets,
+        "hidden_channels": 8,
+        "num_layers": 2,
+        "heads": 2,
+        "edge_dim": dataset.num_edge_features,
+        "pe_dim": 3,
+        "global_node": True,
+        "dropout": 0.1,
+    }
+    return GraphTransformer(**{**config, **overrides})
+
+
+@pytest.fixture(scope="module")
+def splits() -> tuple:
+    return synthetic_molecules(48, seed=3, standardize=True).split(seed=0)
+
+
+def test_resumed_run_is_bit_identical(splits: tuple, tmp_path: Path) -> None:
+    # Parameters, Adam's moments and the generator of batches, sign flips and dropout must
+    # all be restored: a run interrupted after 3 epochs and resumed ends as one never stopped.
+    model = small_model(splits[0])
+    config = GraphTrainConfig(epochs=5, batch_size=10, checkpoint_every=3, seed=2)
+    full = train_graph_model(model, *splits, config, out_dir=tmp_path / "full")
+    part = GraphTrainConfig(**{**config.__dict__, "epochs": 3})
+    train_graph_model(model, *splits, part, out_dir=tmp_path / "part")
+    resumed = train_graph_model(
+        model,
+        *splits,
+        config,
+        out_dir=tmp_path / "part",
+        resume=tmp_path / "part" / "checkpoint.npz",
+    )
+    for name in full.params:
+        np.testing.assert_array_equal(resumed.params[name], full.params[name])
+    assert resumed.as_dict() == full.as_dict()
+    full_log = (tmp_path / "full" / "log.jsonl").read_text()
+    assert full_log == (tmp_path / "part" / "log.jsonl").read_text()
+    assert [json.loads(line)["epoch"] for line in full_log.splitlines()] == [0, 1, 2, 3, 4]
+    summary = json.loads((tmp_path / "full" / "summary.json").read_text())
+    assert summary["metric"] == "mae" and summary["epochs_run"] == 5
+
+
+def test_positional_encodings_follow_their_graphs_into_batches(splits: tuple) -> None:
+    """The split computes the encodings once for all graphs; a batch's rows must be those of
+    its own graphs, in collated order (each graph's eigenvectors are its own: the same as
+    computed for the batch alone)."""
+    train = splits[0]
+    split = _Split(train, 3, np.dtype(np.float64))
+    indices = np.array([5, 0, 7, 2])
+    batch, pe = split.batch(indices)
+    alone = collate(train, indices)
+    np.testing.assert_array_equal(batch.x, alone.x)
+    np.testing.assert_allclose(pe, laplacian_pe(alone.graph, 3, alone.node_ptr), atol=1e-12)
+
+
+def test_training_beats_the_best_constant() -> None:
+    """A seeded run (deterministic) learns: the model selected on validation beats the training
+    median, the best constant under L1, by 20 % there (measured: 0.60 vs 0.90) and also on the
+    test graphs it never selected on (0.62 vs 0.67)."""
+    train, val, test = synthetic_molecules(150, seed=3, standardize=True).split(seed=0)
+    model = small_model(train, dropout=0.0, global_node=False)
+    config = GraphTrainConfig(epochs=20, batch_size=16, lr=3e-3, seed=0)
+    result = train_graph_model(model, train, val, test, config)
+    median = np.median(train.y, axis=0)
+    assert result.val_metric < 0.8 * float(np.abs(val.y - median).mean())
+    assert result.test_metric < float(np.abs(test.y - median).mean())
+
+
+def test_multilabel_runs_report_roc_auc() -> None:
+    train, val, test = synthetic_molecules(40, seed=1, task="multilabel").split(seed=0)
+    model = small_model(train, pe_dim=0, global_node=False)
+    result = train_graph_model(model, train, val, test, GraphTrainConfig(epochs=2, batch_size=16))
+    assert result.metric == "roc_auc"
+    assert 0.0 <= result.val_metric <= 1.0 and 0.0 <= result.test_metric <= 1.0
+
+
+def test_float32_training_keeps_float32(splits: tuple) -> None:
+    model = small_model(splits[0])
+    result = train_graph_model(model, *splits, GraphTrainConfig(epochs=1, dtype="float32"))
+    assert {value.dtype for value in result.params.values()} == {np.dtype(np.float32)}
+
+
+def test_bad_input_is_rejected(splits: tuple) -> None:
+    train, val, test = splits
+    with pytest.raises(ValueError, match="no graph"):
+        train_graph_model(small_model(train), train.subset([]), val, test, GraphTrainConfig())
+    with pytest.raises(ValueError, match="loss"):
+        GraphTrainConfig(loss="hinge")
+    with pytest.raises(ValueError, match="batch_size"):
+        GraphTrainConfig(batch_size=0)
