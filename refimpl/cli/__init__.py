@@ -1,4 +1,6 @@
-"""The ``refimpl`` command line: ``demo``, ``train``, ``sweep``, ``plot``."""
+"""The ``refimpl`` command line: ``demo``, ``train``, ``sweep``, ``plot``, ``golden`` (export or
+verify golden vectors, :mod:`refimpl.interop.golden`) and ``crosscheck`` (another
+implementation's outputs and gradients against ours, :mod:`refimpl.interop.crosscheck`)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from refimpl import __version__
-from refimpl.cli import demo, plot, sweep, train
+from refimpl.cli import crosscheck, demo, golden, plot, sweep, train
 
 __all__ = ["main"]
 
@@ -20,7 +22,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"refimpl {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for command in (demo, train, sweep, plot):
+    for command in (demo, train, sweep, plot, golden, crosscheck):
         command.add_parser(commands)
     return parser
 

@@ -76,10 +76,8 @@ encoded from ``data.x[:, 0]`` and ``data.edge_attr`` as above.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,6 +85,7 @@ from typing import Any
 
 import numpy as np
 
+from refimpl.files import atomic_write
 from refimpl.graph import Graph
 
 __all__ = [
@@ -418,24 +417,8 @@ def save_graph_dataset(path: str | os.PathLike, dataset: GraphDataset) -> None:
         "task": np.array(dataset.task, dtype=np.str_),
         "format_version": np.array(FORMAT_VERSION, dtype=np.int64),
     }
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            np.savez_compressed(stream, **arrays)  # a file object: no ".npz" appended
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp creates 0o600
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+    # a file object: no ".npz" appended to the name
+    atomic_write(path, lambda stream: np.savez_compressed(stream, **arrays))
 
 
 def load_graph_dataset(path: str | os.PathLike) -> GraphDataset:

@@ -20,31 +20,21 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from refimpl.backend import to_numpy
+from refimpl.files import atomic_write
 
 __all__ = ["atomic_savez", "load_checkpoint", "save_checkpoint"]
 
 
 def atomic_savez(path: str | os.PathLike, arrays: dict[str, Any]) -> None:
-    """``numpy.savez`` to ``path`` atomically (temporary file + rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            np.savez(stream, **{k: to_numpy(v) for k, v in arrays.items()})
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    """``numpy.savez`` to ``path`` atomically (:func:`refimpl.files.atomic_write`)."""
+    host = {k: to_numpy(v) for k, v in arrays.items()}
+    atomic_write(path, lambda stream: np.savez(stream, **host))
 
 
 def save_checkpoint(

@@ -18,9 +18,10 @@ from tests.nn.test_gat import setups
 
 torch = pytest.importorskip("torch")
 
-# Autograd sums the same terms in another order: rounding-level agreement, plus headroom
-# for the exp/division chain of the softmax.
-RTOL = 1e2 * FORWARD_RTOL[np.dtype(np.float64)]
+# Autograd sums the same terms in another order: the forward agrees to rounding (1e-12);
+# the gradients, a longer chain through the softmax's exp and division, to 1e-10.
+FORWARD = FORWARD_RTOL[np.dtype(np.float64)]
+RTOL = 1e2 * FORWARD
 
 
 def torch_gat(
@@ -106,8 +107,8 @@ def test_forward_and_gradients_match_torch_autograd(setup: tuple) -> None:
 def assert_agrees_with_autograd(
     out: np.ndarray, d_x: np.ndarray, d_params: dict, t_out: object, t_x: object, t_params: dict
 ) -> None:
-    """Outputs, and gradients for the input and every parameter, equal autograd's to RTOL."""
-    assert max_relative_error(out, t_out.detach().numpy()) <= RTOL
+    """Outputs equal autograd's to FORWARD, gradients for the input and every parameter to RTOL."""
+    assert max_relative_error(out, t_out.detach().numpy()) <= FORWARD
     errors = relative_errors(
         {**d_params, "x": d_x},
         {**{k: v.grad.numpy() for k, v in t_params.items()}, "x": t_x.grad.numpy()},

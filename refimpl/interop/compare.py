@@ -1,0 +1,144 @@
+"""Tensor-by-tensor comparison of two implementations: the table and verdict that ``refimpl golden
+verify`` and ``refimpl crosscheck`` print.
+
+For each named tensor, ``a`` ours and ``b`` the reference (the other implementation,
+or the stored golden value):
+
+    max abs error  = max |a - b|
+    max rel error  = max |a - b| / scale,   scale = max(max |b|, floor)
+
+Relative errors are taken against the tensor's largest reference entry, not entry by
+entry: a gradient entry that is zero by cancellation (a softmax's shift invariance,
+say) is rounding on both sides and would otherwise look infinitely wrong. Within a
+*group* of tensors (all gradients of one loss) the scale can be the group's largest
+entry, for the same reason one level up: a whole tensor can be zero by cancellation
+(PyG's ``lin_key.bias``, whose shift the softmax ignores). A tensor passes when its
+relative error is at most its ``rtol``; shapes must match exactly, and a tensor missing on
+one side fails with a message saying which.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from refimpl.backend import to_numpy
+
+__all__ = ["Comparison", "TensorComparison", "compare_tensors"]
+
+
+@dataclass(frozen=True)
+class TensorComparison:
+    """One tensor's agreement."""
+
+    name: str
+    shape: tuple[int, ...]
+    max_abs_error: float
+    max_rel_error: float  # max |a - b| / scale
+    scale: float  # the denominator of the relative error
+    rtol: float  # the tolerance this tensor was judged by
+    passed: bool
+    problem: str = ""  # a missing tensor or a shape mismatch; empty when compared
+
+
+@dataclass
+class Comparison:
+    """All tensors of one comparison, each judged by its own tolerance (outputs and gradients
+    of one case usually have different ones: ``a + b`` joins two comparisons)."""
+
+    tensors: list[TensorComparison] = field(default_factory=list)
+
+    def __add__(self, other: Comparison) -> Comparison:
+        return Comparison(self.tensors + other.tensors)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.tensors) and all(t.passed for t in self.tensors)
+
+    @property
+    def max_rel_error(self) -> float:
+        return max((t.max_rel_error for t in self.tensors), default=math.nan)
+
+    def table(self, title: str = "") -> str:
+        """A fixed-width table, one row per tensor, then the verdict."""
+        width = max([len("tensor")] + [len(t.name) for t in self.tensors])
+        header = (
+            f"{'tensor':<{width}}  {'shape':<14} {'max abs err':>12} {'max rel err':>12} "
+            f"{'rtol':>8}  ok"
+        )
+        rows = [title] if title else []
+        rows += [header, "-" * len(header)]
+        for t in self.tensors:
+            if t.problem:
+                rows.append(f"{t.name:<{width}}  {t.problem}")
+                continue
+            shape = "x".join(str(s) for s in t.shape) or "scalar"
+            rows.append(
+                f"{t.name:<{width}}  {shape:<14} {t.max_abs_error:>12.3e} "
+                f"{t.max_rel_error:>12.3e} {t.rtol:>8.0e}  {'yes' if t.passed else 'NO'}"
+            )
+        failed = sum(not t.passed for t in self.tensors)
+        verdict = (
+            f"PASS: all {len(self.tensors)} tensors agree within their rtol"
+            if self.passed
+            else f"FAIL: {failed} of {len(self.tensors)} tensors disagree beyond their rtol"
+        )
+        return "\n".join([*rows, verdict])
+
+
+def compare_tensors(
+    ours: Mapping[str, Any],
+    reference: Mapping[str, Any],
+    rtol: float,
+    groups: Mapping[str, list[str]] | None = None,
+) -> Comparison:
+    """Compare ``ours[name]`` with ``reference[name]`` for every name in either mapping.
+
+    ``groups`` maps a group label to tensor names that share one scale (their largest
+    reference entry), e.g. all gradients; other tensors are scaled by themselves.
+    Names are reported in the order of ``reference``, then those only ``ours`` has.
+    """
+    host = {
+        name: np.asarray(to_numpy(value), dtype=np.float64) for name, value in reference.items()
+    }
+    mine = {name: np.asarray(to_numpy(value), dtype=np.float64) for name, value in ours.items()}
+    group_scale: dict[str, float] = {}
+    for members in (groups or {}).values():
+        present = [host[n] for n in members if n in host and host[n].size]
+        scale = max((float(np.max(np.abs(b))) for b in present), default=0.0)
+        group_scale.update({n: scale for n in members})
+    result = Comparison()
+    for name in [*host, *(n for n in mine if n not in host)]:
+        if name not in mine or name not in host:
+            side = "ours" if name not in mine else "the reference"
+            result.tensors.append(
+                TensorComparison(
+                    name, (), math.inf, math.inf, math.nan, False, f"missing in {side}"
+                )
+            )
+            continue
+        a, b = mine[name], host[name]
+        if a.shape != b.shape:
+            problem = f"shape {a.shape} (ours) vs {b.shape} (reference)"
+            result.tensors.append(
+                TensorComparison(name, b.shape, math.inf, math.inf, math.nan, rtol, False, problem)
+            )
+            continue
+        finite = bool(np.isfinite(a).all() and np.isfinite(b).all())
+        abs_error = float(np.max(np.abs(a - b), initial=0.0)) if finite else math.inf
+        own = float(np.max(np.abs(b), initial=0.0)) if finite else 0.0
+        scale = max(group_scale.get(name, own), np.finfo(np.float64).tiny)
+        rel_error = abs_error / scale
+        result.tensors.append(
+            TensorComparison(name, b.shape, abs_error, rel_error, scale, rtol, rel_error <= rtol)
+        )
+    return result
+
+
+def _host(value: Any) -> np.ndarray:
+    """A float64 host copy (exact for float32 and float64 input)."""
+    return np.asarray(to_numpy(value), dtype=np.float64)

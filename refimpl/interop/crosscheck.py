@@ -1,0 +1,220 @@
+"""``refimpl crosscheck FILE.npz``: run our layer on another implementation's inputs and parameters
+and compare its outputs and gradients, tensor by tensor.
+
+The file (``numpy.savez``; plain arrays, read with ``allow_pickle=False``)
+-------------------------------------------------------------------------
+=====================  ========================  ===========================================
+key                    shape, dtype              meaning
+=====================  ========================  ===========================================
+``config``             0-d str (JSON)            ``{"framework": "pyg" | "refimpl",
+                                                 "layer": NAME, "kwargs": {...}}``
+``param/<name>``       float arrays              parameters; PyG state-dict names for
+                                                 ``"pyg"`` (e.g. ``param/lin.weight``), ours
+                                                 for ``"refimpl"`` (``param/W``)
+``input/x``            (N, in) float             node features
+``input/edge_index``   (2, E) int                row 0 sources, row 1 targets (PyG's
+                                                 convention), as passed to the layer
+``input/edge_attr``    (E, edge_dim) float       edge features (TransformerConv with edge_dim)
+``output/out``         float                     the other implementation's output
+``cotangent``          shaped like ``out``       ``c`` of the scalar loss ``L = sum(c * out)``
+``grad/input/x``       like ``input/x``          ``dL/dx`` (optional, as every ``grad/``)
+``grad/input/edge_attr``                         ``dL/d edge_attr``
+``grad/param/<name>``  like ``param/<name>``     ``dL/d param``, under the parameters' names
+=====================  ========================  ===========================================
+
+Layers: ``"pyg"`` takes PyG's class names and constructor arguments: ``GATConv``
+(our GATConv v1), ``GATv2Conv`` (v2) and ``TransformerConv``; ``"refimpl"`` takes our
+``GATConv`` and ``TransformerConv`` with our arguments. Parameters convert with
+:func:`refimpl.interop.pyg.from_pyg` (gradients too: the maps are reshapes). PyG's
+GATv2 projection biases (``lin_l.bias``, ``lin_r.bias``) must be zero, as our GATv2
+has none (the paper's form); their gradients are reported as not compared.
+
+The comparison is made in evaluation mode (no dropout): export with
+``module.eval()``. Tolerances follow the data's dtype: outputs ``1e-12`` (float64)
+or ``1e-5`` (float32) relative to the output's largest entry, gradients ``1e-10`` or
+``1e-4`` relative to the largest gradient entry of all (a gradient can be zero by
+cancellation: see :mod:`refimpl.interop.compare`); ``rtol=`` overrides both.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from refimpl.graph import Graph
+from refimpl.interop.compare import Comparison, compare_tensors
+from refimpl.interop.pyg import from_pyg
+from refimpl.nn import GATConv, TransformerConv
+
+__all__ = ["CrosscheckError", "crosscheck", "layer_from_config"]
+
+# outputs, gradients: a few ulps of the data's precision along the layer's chain of sums
+TOLERANCES = {np.dtype(np.float64): (1e-12, 1e-10), np.dtype(np.float32): (1e-5, 1e-4)}
+_PYG_ARGUMENTS = {
+    "GATConv": (
+        "in_channels out_channels heads concat negative_slope dropout add_self_loops bias"
+    ).split(),
+    "GATv2Conv": (
+        "in_channels out_channels heads concat negative_slope dropout add_self_loops bias "
+        "share_weights"
+    ).split(),
+    "TransformerConv": (
+        "in_channels out_channels heads concat beta dropout edge_dim bias root_weight"
+    ).split(),
+}
+_OURS = {"GATConv": GATConv, "TransformerConv": TransformerConv}
+# PyG arguments with a default we share, accepted only at that value
+_PYG_FIXED = {"edge_dim": None, "residual": False, "fill_value": "mean"}
+
+
+class CrosscheckError(ValueError):
+    """The file cannot be checked: what is wrong with it, and how to fix it."""
+
+
+def layer_from_config(config: dict[str, Any]) -> GATConv | TransformerConv:
+    """Our configured layer for a ``config`` entry (see the module docstring)."""
+    framework, name = config.get("framework", "pyg"), config.get("layer")
+    kwargs = dict(config.get("kwargs", {}))
+    if framework == "refimpl":
+        if name not in _OURS:
+            raise CrosscheckError(f"layer {name!r} is not one of ours {sorted(_OURS)}")
+        return _OURS[name](**kwargs)
+    if framework != "pyg":
+        raise CrosscheckError(f"framework must be 'pyg' or 'refimpl', got {framework!r}")
+    if name not in _PYG_ARGUMENTS:
+        raise CrosscheckError(
+            f"PyG layer {name!r} is not supported; supported: {sorted(_PYG_ARGUMENTS)}"
+        )
+    allowed = _PYG_ARGUMENTS[name]
+    for key in [k for k in kwargs if k not in allowed]:
+        if key in _PYG_FIXED and kwargs[key] == _PYG_FIXED[key]:
+            del kwargs[key]
+            continue
+        raise CrosscheckError(
+            f"{name} argument {key}={kwargs[key]!r} has no refimpl counterpart; "
+            f"supported arguments: {allowed}"
+        )
+    if name == "TransformerConv":
+        return TransformerConv(**kwargs)
+    return GATConv(version="v1" if name == "GATConv" else "v2", **kwargs)
+
+
+def _read(path: str | Path) -> dict[str, np.ndarray]:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no crosscheck file at {path}")
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            return {key: archive[key] for key in archive.files}
+    except (ValueError, OSError, zipfile.BadZipFile) as err:
+        raise CrosscheckError(
+            f"{path} is not a readable .npz of plain arrays ({err}); write it with numpy.savez"
+        ) from err
+
+
+def crosscheck(path: str | Path, rtol: float | None = None) -> tuple[Comparison, list[str]]:
+    """Run our layer on the file's inputs and parameters; compare outputs and gradients.
+
+    Returns the comparison and notes (tensors not compared, and why).
+    """
+    arrays = _read(path)
+    for key in ("config", "input/x", "input/edge_index", "output/out"):
+        if key not in arrays:
+            raise CrosscheckError(f"{path} has no {key!r} entry (see refimpl.interop.crosscheck)")
+    try:
+        config = json.loads(str(arrays["config"]))
+    except json.JSONDecodeError as err:
+        raise CrosscheckError(f"config is not JSON: {err}") from err
+    layer = layer_from_config(config)
+    pyg = config.get("framework", "pyg") == "pyg"
+    x = arrays["input/x"]
+    dtype = x.dtype
+    out_rtol, grad_rtol = (rtol, rtol) if rtol is not None else TOLERANCES.get(dtype, (0, 0))
+    if rtol is None and dtype not in TOLERANCES:
+        raise CrosscheckError(f"input/x has dtype {dtype}; use float32 or float64")
+    notes: list[str] = []
+    given = {k.removeprefix("param/"): v for k, v in arrays.items() if k.startswith("param/")}
+    params = from_pyg(layer, given) if pyg else given
+    graph = Graph(arrays["input/edge_index"], x.shape[0])
+    inputs: list[Any] = [x, graph]
+    if "input/edge_attr" in arrays:
+        inputs.append(arrays["input/edge_attr"])
+    try:
+        out, cache = layer.forward(params, *inputs)
+    except TypeError as err:  # dtypes or array types the layer refuses: the file's problem
+        raise CrosscheckError(
+            f"our {type(layer).__name__} refused the file's arrays: {err}"
+        ) from err
+    ours = {"out": out}
+    reference = {"out": arrays["output/out"]}
+    result = compare_tensors(ours, reference, out_rtol)
+
+    grads = {k.removeprefix("grad/"): v for k, v in arrays.items() if k.startswith("grad/")}
+    if grads:
+        if "cotangent" not in arrays:
+            raise CrosscheckError("gradients are given but no 'cotangent' (c of L = sum(c * out))")
+        cotangent = arrays["cotangent"]
+        if cotangent.dtype != out.dtype:
+            raise CrosscheckError(
+                f"cotangent has dtype {cotangent.dtype} but the output is {out.dtype}; "
+                "save the cotangent in the dtype of the run"
+            )
+        d_inputs, d_params = layer.backward(params, cache, cotangent)
+        d_inputs = d_inputs if isinstance(d_inputs, tuple) else (d_inputs,)
+        ours_grads = {"input/x": d_inputs[0]}
+        if len(d_inputs) > 1:
+            ours_grads["input/edge_attr"] = d_inputs[1]
+        their_params = {
+            k.removeprefix("param/"): v for k, v in grads.items() if k.startswith("param/")
+        }
+        if pyg and their_params:
+            their_params, skipped = _pyg_gradients(layer, their_params, given)
+            notes += [f"grad/param/{k}: not compared ({why})" for k, why in skipped.items()]
+        ours_grads.update({f"param/{k}": v for k, v in d_params.items()})
+        reference_grads = {k: v for k, v in grads.items() if k.startswith("input/")}
+        reference_grads.update({f"param/{k}": v for k, v in their_params.items()})
+        for name in [n for n in ours_grads if n not in reference_grads]:
+            del ours_grads[name]
+            notes.append(f"grad/{name}: not in the file, not compared")
+        names = list(reference_grads)
+        grad_result = compare_tensors(
+            {f"grad/{k}": v for k, v in ours_grads.items()},
+            {f"grad/{k}": v for k, v in reference_grads.items()},
+            grad_rtol,
+            groups={"gradients": [f"grad/{k}" for k in names]},
+        )
+        result = result + grad_result
+    return result, notes
+
+
+def _pyg_gradients(
+    layer: Any, grads: dict[str, np.ndarray], params: dict[str, np.ndarray]
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """PyG-named gradients under our names; PyG's GATv2 projection biases have no counterpart
+    (their values must be zero, their gradients need not be) and are set aside."""
+    grads = dict(grads)
+    # a shared module appears once in named_parameters() but under both names in the state
+    # dict (GATv2's lin_r = lin_l with share_weights, GATConv's lin_dst = lin_src before
+    # PyG 2.5): its gradient is that of the name present, whose values it equals
+    for key in sorted(set(params) - set(grads)):
+        alias = next(
+            (k for k in grads if k in params and np.array_equal(params[k], params[key])), None
+        )
+        if alias is not None:
+            grads[key] = grads[alias]
+    missing = sorted(set(params) - set(grads))
+    if missing:
+        raise CrosscheckError(
+            f"gradients are given for some parameters but not for {missing}; give "
+            "grad/param/<name> for every parameter (module.named_parameters()) or for none"
+        )
+    skipped = {}
+    for key in ("lin_l.bias", "lin_r.bias"):
+        if key in grads and isinstance(layer, GATConv) and layer.version == "v2":
+            grads[key] = np.zeros_like(grads[key])
+            skipped[key] = "refimpl's GATv2 has no projection biases"
+    return from_pyg(layer, grads), skipped

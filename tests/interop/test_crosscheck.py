@@ -1,0 +1,179 @@
+"""``refimpl crosscheck``: the README's worked example end to end (PyG export, one command), files
+written from our own layers under both naming schemes, mismatches caught, bad files refused."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from refimpl import Graph
+from refimpl.cli import main
+from refimpl.interop.pyg import to_pyg
+from refimpl.nn import GATConv, TransformerConv
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def readme_export_example() -> str:
+    """The README's PyG export snippet (a ```py block, so test_readme does not run it bare)."""
+    blocks = re.findall(r"```py\n(.*?)```", README.read_text(), flags=re.DOTALL)
+    found = [b for b in blocks if "gat_crosscheck.npz" in b]
+    assert len(found) == 1, "the README lost its crosscheck example"
+    return found[0]
+
+
+def test_readme_example_exports_from_pyg_and_passes(tmp_path, monkeypatch, capsys) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("torch_geometric")
+    monkeypatch.chdir(tmp_path)
+    exec(compile(readme_export_example(), str(README), "exec"), {"__name__": "readme_example"})
+    assert main(["crosscheck", "gat_crosscheck.npz"]) == 0
+    printed = capsys.readouterr().out
+    assert "PASS" in printed
+    for name in ("out", "grad/input/x", "grad/param/W", "grad/param/att_src", "grad/param/bias"):
+        assert name in printed
+
+
+def write_file(path: Path, layer, params, x, graph, edge_attr=None, framework="refimpl", **extra):
+    """A crosscheck file written from our own layer (its outputs and gradients)."""
+    inputs = [x, graph] + ([edge_attr] if edge_attr is not None else [])
+    out, cache = layer.forward(params, *inputs)
+    cotangent = np.random.default_rng(1).standard_normal(out.shape).astype(out.dtype)
+    d_inputs, d_params = layer.backward(params, cache, cotangent)
+    d_inputs = d_inputs if isinstance(d_inputs, tuple) else (d_inputs,)
+    kwargs = {k: getattr(layer, k) for k in layer.__dataclass_fields__}
+    names = dict(params)
+    grads = dict(d_params)
+    layer_name = type(layer).__name__
+    if framework == "pyg":
+        names, grads = to_pyg(layer, params), to_pyg(layer, d_params)
+        if layer_name == "GATConv":
+            layer_name = "GATConv" if layer.version == "v1" else "GATv2Conv"
+            for key in ("version", "lipschitz_norm") + (
+                ("share_weights",) if layer.version == "v1" else ()
+            ):
+                kwargs.pop(key)
+        kwargs.pop("lipschitz_norm", None)
+    arrays = {
+        "config": np.array(
+            json.dumps({"framework": framework, "layer": layer_name, "kwargs": kwargs})
+        ),
+        "input/x": x,
+        "input/edge_index": graph.edge_index,
+        "output/out": out,
+        "cotangent": cotangent,
+        "grad/input/x": d_inputs[0],
+        **{f"param/{k}": v for k, v in names.items()},
+        **{f"grad/param/{k}": v for k, v in grads.items()},
+    }
+    if edge_attr is not None:
+        arrays["input/edge_attr"] = edge_attr
+        arrays["grad/input/edge_attr"] = d_inputs[1]
+    arrays.update(extra)
+    np.savez(path, **arrays)
+    return arrays
+
+
+@pytest.fixture
+def setup():
+    rng = np.random.default_rng(0)
+    graph = Graph(np.array([[0, 1, 2, 3, 3, 1], [1, 2, 0, 0, 1, 1]]), 5)  # node 4 isolated
+    return rng, graph, rng.standard_normal((5, 4))
+
+
+@pytest.mark.parametrize("framework", ["refimpl", "pyg"])
+@pytest.mark.parametrize(
+    "layer",
+    [
+        GATConv(4, 3, heads=2),
+        GATConv(4, 3, heads=2, version="v2", share_weights=True, bias=False, concat=False),
+        GATConv(4, 2, heads=1, version="v2"),
+        TransformerConv(4, 3, heads=2, edge_dim=2, beta=True),
+    ],
+    ids=["gat", "gatv2-shared-mean", "gatv2", "transformer"],
+)
+def test_files_of_our_own_layers_pass(layer, framework, setup, tmp_path, capsys) -> None:
+    rng, graph, x = setup
+    params = layer.init_params(rng)
+    edge_attr = (
+        rng.standard_normal((graph.num_edges, 2)) if getattr(layer, "edge_dim", None) else None
+    )
+    write_file(tmp_path / "f.npz", layer, params, x, graph, edge_attr, framework)
+    assert main(["crosscheck", str(tmp_path / "f.npz")]) == 0, capsys.readouterr().out
+
+
+def test_a_wrong_gradient_fails_with_its_row(setup, tmp_path, capsys) -> None:
+    rng, graph, x = setup
+    layer = GATConv(4, 3, heads=2)
+    params = layer.init_params(rng)
+    arrays = write_file(tmp_path / "f.npz", layer, params, x, graph)
+    arrays["grad/param/att_dst"] = arrays["grad/param/att_dst"] * (1 + 1e-6)
+    np.savez(tmp_path / "g.npz", **arrays)
+    assert main(["crosscheck", str(tmp_path / "g.npz")]) == 1
+    printed = capsys.readouterr().out
+    assert "FAIL: 1 of" in printed
+    row = next(line for line in printed.splitlines() if line.startswith("grad/param/att_dst"))
+    assert row.endswith("NO")
+
+
+def test_float32_files_are_judged_at_float32_tolerances(setup, tmp_path) -> None:
+    rng, graph, x = setup
+    layer = GATConv(4, 3, heads=2)
+    params = {k: v.astype(np.float32) for k, v in layer.init_params(rng).items()}
+    write_file(tmp_path / "f.npz", layer, params, x.astype(np.float32), graph)
+    assert main(["crosscheck", str(tmp_path / "f.npz")]) == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"config": np.array("{not json")}, "not JSON"),
+        (
+            {"config": np.array(json.dumps({"framework": "pyg", "layer": "GCNConv"}))},
+            "not supported",
+        ),
+        (
+            {
+                "config": np.array(
+                    json.dumps(
+                        {
+                            "framework": "pyg",
+                            "layer": "GATConv",
+                            "kwargs": {
+                                "in_channels": 4,
+                                "out_channels": 3,
+                                "heads": 2,
+                                "residual": True,
+                            },
+                        }
+                    )
+                )
+            },
+            "no refimpl counterpart",
+        ),
+    ],
+)
+def test_bad_files_are_refused_with_a_message(change, message, setup, tmp_path, capsys) -> None:
+    rng, graph, x = setup
+    layer = GATConv(4, 3, heads=2)
+    arrays = write_file(tmp_path / "f.npz", layer, layer.init_params(rng), x, graph)
+    np.savez(tmp_path / "bad.npz", **{**arrays, **change})
+    assert main(["crosscheck", str(tmp_path / "bad.npz")]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_missing_entries_and_files_are_refused(setup, tmp_path, capsys) -> None:
+    rng, graph, x = setup
+    layer = GATConv(4, 3, heads=2)
+    arrays = write_file(tmp_path / "f.npz", layer, layer.init_params(rng), x, graph)
+    del arrays["output/out"]
+    np.savez(tmp_path / "bad.npz", **arrays)
+    assert main(["crosscheck", str(tmp_path / "bad.npz")]) == 2
+    assert "output/out" in capsys.readouterr().err
+    assert main(["crosscheck", str(tmp_path / "missing.npz")]) == 2
+    (tmp_path / "text.npz").write_text("not a zip")
+    assert main(["crosscheck", str(tmp_path / "text.npz")]) == 2
