@@ -1,8 +1,9 @@
-"""Evaluation metrics on the host: accuracy and ROC AUC, returned as Python floats.
+"""Evaluation metrics: accuracy and ROC AUC, returned as Python floats.
 
-Metrics are not differentiated and run once per evaluation, so they copy their
-inputs to NumPy (:func:`refimpl.backend.to_numpy`; one device-to-host transfer
-on CuPy) and use SciPy. Inputs may come from any backend, even different ones.
+Accuracy runs on the logits' backend and reads back only scalars, so a GPU training
+loop that reports it copies no array. ROC AUC (multi-label data) ranks with SciPy:
+it copies its inputs to NumPy (:func:`refimpl.backend.to_numpy`; one device-to-host
+transfer per call on CuPy). Inputs may come from any backend, even different ones.
 ``mask`` is a boolean ``(N,)`` array selecting the rows to score (a split), or
 ``None`` for all rows; selecting no row is an error, as is a NaN or infinite
 score (a diverged model has no meaningful ranking).
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import rankdata
 
-from refimpl.backend import is_array, to_numpy
+from refimpl.backend import asarray, backend_name, get_array_module, is_array, to_numpy
 
 __all__ = ["accuracy", "roc_auc"]
 
@@ -27,29 +28,47 @@ def accuracy(logits: Any, y: Any, mask: Any = None) -> float:
     (labels outside ``mask`` are never read, so a placeholder such as -1 is
     fine); ``mask`` (N,) bool or ``None``.
 
+    Computed on the logits' backend: only scalars (the count, the label range, the
+    finiteness verdict) come back to the host, so evaluating on a GPU copies no array.
+    ``y`` and ``mask`` on another backend are moved to it first.
+
     Ties: the prediction is the *lowest* index among equal maxima (``numpy.argmax``,
-    ``torch.argmax`` on the CPU), so a row of equal logits predicts class 0.
-    The result is ``correct / count``, one correctly rounded division.
+    ``torch.argmax`` on the CPU, ``cupy.argmax``), so a row of equal logits predicts
+    class 0. The result is ``correct / count``, one correctly rounded division.
     """
-    scores = _host(logits, "logits", kinds="fiu")
-    if scores.ndim != 2 or scores.shape[1] < 1:
-        raise ValueError(f"logits must have shape (N, K) with K >= 1, got {scores.shape}")
-    labels = _host(y, "y", kinds="iu")
-    if labels.shape != (scores.shape[0],):
+    xp = _device(logits, "logits", kinds="fiu")
+    if logits.ndim != 2 or logits.shape[1] < 1:
+        raise ValueError(f"logits must have shape (N, K) with K >= 1, got {tuple(logits.shape)}")
+    _device(y, "y", kinds="iu")
+    labels = _on(xp, y)
+    if tuple(labels.shape) != (logits.shape[0],):
         raise ValueError(
-            f"y must have shape (N,) = ({scores.shape[0]},) to match logits {scores.shape}, "
-            f"got {labels.shape}"
+            f"y must have shape (N,) = ({logits.shape[0]},) to match logits "
+            f"{tuple(logits.shape)}, got {tuple(labels.shape)}"
         )
-    rows = _rows(mask, scores.shape[0])
-    scores, labels = scores[rows], labels[rows]
-    _check_finite(scores, "logits")
-    if labels.min() < 0 or labels.max() >= scores.shape[1]:
+    if mask is None:
+        rows = xp.ones(logits.shape[0], dtype=bool)
+    else:
+        _device(mask, "mask", kinds="b")
+        rows = _on(xp, mask)
+        if tuple(rows.shape) != (logits.shape[0],):
+            raise ValueError(
+                f"mask must have shape (N,) = ({logits.shape[0]},), got {tuple(rows.shape)}"
+            )
+    count = int(xp.count_nonzero(rows))
+    if count == 0:
+        raise ValueError("no rows to score: the mask selects nothing (or N = 0)")
+    if logits.dtype.kind == "f" and not bool(xp.isfinite(logits[rows]).all()):
+        raise ValueError("logits contain NaN or infinity; a diverged model cannot be ranked")
+    chosen = labels[rows]
+    low, high = int(chosen.min()), int(chosen.max())
+    if low < 0 or high >= logits.shape[1]:
         raise ValueError(
-            f"labels of selected rows must lie in [0, K) = [0, {scores.shape[1]}), got values "
-            f"in [{labels.min()}, {labels.max()}]"
+            f"labels of selected rows must lie in [0, K) = [0, {logits.shape[1]}), got values "
+            f"in [{low}, {high}]"
         )
-    correct = int(np.count_nonzero(scores.argmax(axis=1) == labels))
-    return correct / len(labels)
+    correct = int(xp.count_nonzero((logits.argmax(axis=1) == labels) & rows))
+    return correct / count
 
 
 def roc_auc(scores: Any, targets: Any, mask: Any = None, average: str = "macro") -> float:
@@ -120,6 +139,26 @@ def _host(value: Any, name: str, kinds: str) -> np.ndarray:
         wanted = " or ".join(dict.fromkeys(_KIND_WORDS[k] for k in kinds))
         raise TypeError(f"{name} must be of {wanted} dtype, got {host.dtype}")
     return host
+
+
+def _device(value: Any, name: str, kinds: str) -> Any:
+    """The array module of ``value``, checked to be an array with a dtype kind in ``kinds``
+    (no copy: the dtype is visible on every backend)."""
+    if not is_array(value):
+        raise TypeError(
+            f"{name} must be an array (NumPy, CuPy or strict), got {type(value).__name__}"
+        )
+    if value.dtype.kind not in kinds:
+        wanted = " or ".join(dict.fromkeys(_KIND_WORDS[k] for k in kinds))
+        raise TypeError(f"{name} must be of {wanted} dtype, got {value.dtype}")
+    return get_array_module(value)
+
+
+def _on(xp: Any, value: Any) -> Any:
+    """``value`` on the array module ``xp`` (moved only when it lives elsewhere)."""
+    if get_array_module(value) is xp:
+        return value
+    return asarray(value, backend=backend_name(xp))
 
 
 def _rows(mask: Any, num_rows: int) -> np.ndarray:

@@ -81,6 +81,20 @@ class AttentionGraph(NamedTuple):
     edge_types: Any  # (E', T) host float 0/1: the one-hot type columns of every edge
     num_nodes: int  # N, the real nodes (rows 0..N-1)
     row_graph: Any  # (N',) int64 host: the graph of every node of the attention graph
+    num_graphs: int  # G (a graph may have no node)
+    device: dict  # copies on an array backend, made once (see ``on``): no transfer per step
+
+    def on(self, name: str, xp: Any, dtype: Any = None) -> Any:
+        """``kept``, ``edge_types`` or ``batch`` (the real nodes grouped by graph, a
+        ``Segments``) on the array module ``xp``, copied once and then reused."""
+        key = (name, xp.__name__, None if dtype is None else np.dtype(dtype).name)
+        if key not in self.device:
+            if name == "batch":
+                batch = xp.asarray(self.row_graph[: self.num_nodes])
+                self.device[key] = Segments(batch, self.num_graphs)
+            else:
+                self.device[key] = xp.asarray(getattr(self, name), dtype=dtype)
+        return self.device[key]
 
 
 class GraphTransformerCache(NamedTuple):
@@ -155,7 +169,13 @@ def _build_attention_graph(
     )  # (2, E')
     row_graph = np.concatenate([batch, np.arange(num_graphs)]) if global_node else batch
     return AttentionGraph(
-        Graph(edges, num_nodes), kept, np.concatenate(types), n, row_graph.astype(np.int64)
+        Graph(edges, num_nodes),
+        kept,
+        np.concatenate(types),
+        n,
+        row_graph.astype(np.int64),
+        num_graphs,
+        {},
     )
 
 
@@ -320,10 +340,10 @@ class GraphTransformer:
         # F4 edge embedding (E', D): input features on input edges, zeros elsewhere, and types
         e, edge_cache = None, None
         if self._edge_features:
-            types = xp.asarray(structure.edge_types, dtype=x.dtype)  # (E', T)
+            types = structure.on("edge_types", xp, x.dtype)  # (E', T)
             if self.edge_dim is not None:
                 raw = xp.zeros((types.shape[0], self.edge_dim), dtype=x.dtype)  # (E', edge_dim)
-                raw[: int(structure.kept.sum())] = edge_attr[xp.asarray(structure.kept)]
+                raw[: int(structure.kept.sum())] = edge_attr[structure.on("kept", xp)]
                 types = xp.concatenate([raw, types], axis=1)
             e, edge_cache = blocks["edge"].forward(sub("edge"), types)
         # F5 the layers (N', D)
@@ -353,7 +373,7 @@ class GraphTransformer:
             pool_cache = head1 = relu = segments = None
         else:
             # F7 pooling per graph (G, D)
-            segments = Segments(xp.asarray(batch_host), num_graphs)
+            segments = structure.on("batch", xp)
             p, pool_cache = GlobalPool(self.pool).forward({}, h, segments)
             # F8 MLP head (G, out)
             p, head1 = blocks["head1"].forward(sub("head1"), p)
@@ -456,7 +476,7 @@ class GraphTransformer:
             if self.edge_dim is not None:
                 kept = structure.kept
                 d_edge_attr = xp.zeros((kept.size, self.edge_dim), dtype=x.dtype)  # (E, edge_dim)
-                d_edge_attr[xp.asarray(kept)] = d_types[: int(kept.sum()), : self.edge_dim]
+                d_edge_attr[structure.on("kept", xp)] = d_types[: int(kept.sum()), : self.edge_dim]
         # B3 (of F3) the global embedding is broadcast to every global node: sum their rows
         if self.global_node:
             d_params["global.embedding"] = d_h[structure.num_nodes :].sum(axis=0)

@@ -285,3 +285,19 @@ def test_backend_matches_numpy(backend: str, setup: tuple) -> None:
     expected = {f"input{i}": d for i, d in enumerate(as_tuple(d_inputs))}
     errors = relative_errors({**d_params_b, **ours}, {**d_params, **expected})
     assert max(errors.values()) <= RTOL64, errors
+
+
+def test_graphs_without_nodes_pool_to_zero() -> None:
+    """num_graphs above the largest batch id: the empty graphs pool to 0 (GlobalPool's
+    convention), so their outputs are the head applied to zeros."""
+    rng = np.random.default_rng(8)
+    model = GraphTransformer(2, 3, hidden_channels=4, num_layers=1, heads=2, pool="mean")
+    params = {k: v + rng.standard_normal(v.shape) for k, v in model.init_params(rng).items()}
+    graph = Graph(np.array([[0, 1], [1, 2]]), 3)
+    x = rng.standard_normal((3, 2))
+    out, _ = model.forward(params, x, graph, batch=np.array([0, 0, 1]), num_graphs=4)
+    hidden = np.maximum(params["head1.b"], 0)  # head1 applied to a zero pool
+    expected = hidden @ params["head2.W"].T + params["head2.b"]
+    np.testing.assert_allclose(out[2:], np.stack([expected, expected]), rtol=1e-14)
+    alone, _ = model.forward(params, x, graph, batch=np.array([0, 0, 1]))
+    np.testing.assert_array_equal(out[:2], alone)
