@@ -1,0 +1,256 @@
+"""GPU benchmark: one float32 training step on CuPy against PyTorch Geometric on CUDA, same run.
+
+Cases (issue 9):
+
+    gat-a          2-layer GAT v1, 8 heads x 8, ELU, dropout 0.6: bench_gat.py's configuration a
+    gat-b          10-layer GATv2, width 64, 1 head, shared W: bench_gat.py's configuration b
+    gatv2-large    2-layer GATv2, width 64, 1 head, on a random graph, N = 1e6, E = 1e7
+    nodeformer-1e6 one NodeFormerConv step (forward + backward; d = 64, m = 30, K = 10,
+    nodeformer-1e7 one head, sigmoid relational bias, average degree 10), N = 1e6 and 1e7
+
+A GAT step is forward, cross-entropy, backward and Adam, as in ``bench_gat.py``. Our
+dropout masks and Gumbel noise are drawn on the device (``cupy.random``): a host
+generator would add one transfer per draw (README, Backends). Times are medians over
+``--steps`` steps after 3 warm-up steps, with the device synchronised before and after
+each step. Goals: ours <= PyG for the GAT cases; NodeFormer at N = 1e7 under 1 s.
+
+    python scripts/bench_gpu.py [--steps 20] [--json results.json] [--cases gat-a ...]
+    python scripts/bench_gpu.py --backend numpy --small     # CPU smoke run (tests)
+
+``--small`` divides every size by 1000 (Cora stays Cora). PyG runs where it is installed,
+on CUDA with ``--backend cupy`` and on the CPU with ``--backend numpy``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # scripts/: shared helpers
+from bench_gat import _load_cora
+
+CASES = {
+    "gat-a": "2-layer GAT v1, 8 heads x 8, ELU, dropout 0.6 (Cora)",
+    "gat-b": "10-layer GATv2, width 64, 1 head, shared W (Cora)",
+    "gatv2-large": "2-layer GATv2, width 64, N = 1e6, E = 1e7",
+    "nodeformer-1e6": "NodeFormerConv step, N = 1e6",
+    "nodeformer-1e7": "NodeFormerConv step, N = 1e7",
+}
+LARGE_N, LARGE_E, FEATURES, CLASSES = 1_000_000, 10_000_000, 16, 8
+
+
+def _sync(backend: str) -> None:
+    if backend == "cupy":
+        import cupy
+
+        cupy.cuda.Device().synchronize()
+
+
+def _torch_sync(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def _time(step: Callable[[], None], sync: Callable[[], None], steps: int) -> float:
+    """Median milliseconds of ``step``, the device synchronised around each one."""
+    for _ in range(3):
+        step()
+    sync()
+    times = []
+    for _ in range(steps):
+        sync()
+        start = time.perf_counter()
+        step()
+        sync()
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+def _device_rng(backend: str, seed: int):
+    """A generator that draws on the backend (NumPy's on the CPU)."""
+    if backend == "cupy":
+        import cupy
+
+        return cupy.random.default_rng(seed)
+    import numpy as np
+
+    return np.random.default_rng(seed)
+
+
+def _large_graph(scale: int):
+    """A random graph with N = 1e6 / scale nodes and E = 1e7 / scale edges, features, labels."""
+    import numpy as np
+
+    from refimpl import Graph
+
+    rng = np.random.default_rng(0)
+    n, e = LARGE_N // scale, LARGE_E // scale
+    x = rng.standard_normal((n, FEATURES)).astype(np.float32)
+    train = np.zeros(n, bool)
+    train[: n // 10] = True
+    return x, Graph(rng.integers(0, n, (2, e)), n), rng.integers(0, CLASSES, n), train
+
+
+def _gat_data(case: str, scale: int) -> tuple:
+    if case == "gatv2-large":
+        return _large_graph(scale)
+    x, graph, y, train, _ = _load_cora()
+    return x, graph, y, train
+
+
+def run_ours_gat(case: str, backend: str, steps: int, scale: int) -> float:
+    import numpy as np
+
+    from refimpl.backend import asarray
+    from refimpl.models import GAT
+    from refimpl.ops.losses import SoftmaxCrossEntropy
+    from refimpl.optim import Adam
+
+    x, graph, y, train = _gat_data(case, scale)
+    if case == "gat-a":
+        model = GAT(x.shape[1], 8, 7, 2, heads=(8, 1), version="v1", bias=True,
+                    activation="elu", dropout=0.6, attn_dropout=0.6)  # fmt: skip
+    elif case == "gat-b":
+        model = GAT(x.shape[1], 64, 7, 10, heads=1, version="v2", share_weights=True)
+    else:
+        model = GAT(x.shape[1], 64, CLASSES, 2, heads=1, version="v2", share_weights=True)
+    x, y, train = (asarray(a, backend=backend) for a in (x, y, train))
+    graph = graph.to_backend(backend)
+    params = model.init_params(np.random.default_rng(0), backend=backend, dtype=np.float32)
+    optimizer, loss = Adam(lr=0.005, weight_decay=5e-4), SoftmaxCrossEntropy()
+    state, rng = optimizer.init(params), _device_rng(backend, 1)
+
+    def step() -> None:
+        nonlocal params, state
+        logits, cache = model.forward(params, x, graph, training=True, rng=rng)
+        _, loss_cache = loss.forward({}, logits, y, train)
+        d_logits, _ = loss.backward({}, loss_cache, 1.0)
+        _, grads = model.backward(params, cache, d_logits, input_grad=False)
+        params, state = optimizer.step(params, grads, state)
+
+    return _time(step, lambda: _sync(backend), steps)
+
+
+def run_ours_nodeformer(n: int, backend: str, steps: int) -> float:
+    import numpy as np
+
+    from refimpl import Graph
+    from refimpl.backend import asarray, get_array_module
+    from refimpl.nn.nodeformer import NodeFormerConv
+    from refimpl.nn.random_features import draw_projection
+
+    layer = NodeFormerConv(64, 64, heads=1, num_random_features=30, tau=0.25, num_samples=10,
+                           relational_bias="sigmoid", rb_order=1)  # fmt: skip
+    rng = np.random.default_rng(0)
+    params = layer.init_params(rng, backend=backend, dtype=np.float32)
+    x = asarray(rng.standard_normal((n, 64)).astype(np.float32), backend=backend)
+    d_out = asarray(rng.standard_normal((n, 64)).astype(np.float32), backend=backend)
+    graph = Graph(rng.integers(0, n, (2, 10 * n)), n).to_backend(backend)
+    device = _device_rng(backend, 1)
+    xp = get_array_module(x)
+    tiny = np.finfo(np.float32).tiny
+
+    def step() -> None:
+        # Gumbel noise on the device, as NodeFormerConv draws it: -log(-log(u)), u > 0
+        uniform = xp.maximum(device.random((n, 1, 10), dtype=np.float32), tiny)
+        omega = draw_projection(rng, 30, 64).astype(np.float32)  # (m, d): QR on the host
+        noise = {"projection": asarray(omega, backend=backend), "gumbel": -xp.log(-xp.log(uniform))}
+        _, cache = layer.forward(params, x, graph, training=True, noise=noise)
+        layer.backward(params, cache, d_out)
+
+    return _time(step, lambda: _sync(backend), steps)
+
+
+def run_pyg_gat(case: str, backend: str, steps: int, scale: int) -> float:
+    import torch
+    import torch.nn.functional as F
+    from torch_geometric.nn import GATConv, GATv2Conv
+
+    device = "cuda" if backend == "cupy" else "cpu"
+    torch.manual_seed(0)
+    x, graph, y, train = _gat_data(case, scale)
+    x, y = torch.from_numpy(x).to(device), torch.from_numpy(y).long().to(device)
+    train = torch.from_numpy(train).to(device)
+    edge_index = torch.from_numpy(graph.edge_index).to(device)
+    if case == "gat-a":
+        layers = [GATConv(x.shape[1], 8, heads=8, dropout=0.6),
+                  GATConv(64, 7, heads=1, concat=False, dropout=0.6)]  # fmt: skip
+    else:
+        depth, out = (10, 7) if case == "gat-b" else (2, CLASSES)
+        widths = [x.shape[1]] + [64] * (depth - 1) + [out]
+        layers = [GATv2Conv(widths[i], widths[i + 1], share_weights=True, bias=False)
+                  for i in range(depth)]  # fmt: skip
+    layers = torch.nn.ModuleList(layers).to(device)
+    optimizer = torch.optim.Adam(layers.parameters(), lr=0.005, weight_decay=5e-4)
+
+    def step() -> None:
+        optimizer.zero_grad()
+        h = x
+        for i, layer in enumerate(layers):
+            if case == "gat-a":
+                h = F.dropout(h, p=0.6, training=True)
+            h = layer(h, edge_index)
+            if i < len(layers) - 1:
+                h = F.elu(h) if case == "gat-a" else F.relu(h)
+        F.cross_entropy(h[train], y[train]).backward()
+        optimizer.step()
+
+    return _time(step, lambda: _torch_sync(device), steps)
+
+
+def _pyg_available() -> bool:
+    try:
+        import torch_geometric  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=("cupy", "numpy"), default="cupy")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--small", action="store_true", help="sizes / 1000: a smoke run")
+    parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
+    parser.add_argument("--json", metavar="PATH")
+    args = parser.parse_args(argv)
+    scale = 1000 if args.small else 1
+    pyg = _pyg_available()
+    rows = {}
+    print(f"backend {args.backend}; float32; median of {args.steps} steps; sizes / {scale}")
+    print(f"{'case':<58} {'ours ms':>9} {'PyG ms':>9} {'ratio':>6}")
+    for case in args.cases:
+        if case.startswith("nodeformer"):
+            n = (1_000_000 if case.endswith("1e6") else 10_000_000) // scale
+            ours, theirs = run_ours_nodeformer(n, args.backend, args.steps), None
+        else:
+            ours = run_ours_gat(case, args.backend, args.steps, scale)
+            theirs = run_pyg_gat(case, args.backend, args.steps, scale) if pyg else None
+        ratio = ours / theirs if theirs else None
+        rows[case] = {"label": CASES[case], "ours_ms": ours, "pyg_ms": theirs, "ratio": ratio}
+        theirs_text = f"{theirs:>9.1f}" if theirs else f"{'-':>9}"
+        ratio_text = f"{ratio:>6.2f}" if ratio else f"{'-':>6}"
+        print(f"{case + ': ' + CASES[case]:<58} {ours:>9.1f} {theirs_text} {ratio_text}")
+    for case, row in rows.items():
+        if row["ratio"] is not None:
+            verdict = "met" if row["ratio"] <= 1 else "not met"
+            print(f"goal {case}: ours <= PyG: {verdict} (ratio {row['ratio']:.2f})")
+    if "nodeformer-1e7" in rows:
+        seconds = rows["nodeformer-1e7"]["ours_ms"] / 1e3
+        verdict = "met" if seconds < 1 else "not met"
+        print(f"goal nodeformer-1e7 under 1 s: {verdict} ({seconds:.2f} s; sizes / {scale})")
+    if args.json:
+        with open(args.json, "w") as stream:
+            json.dump(rows, stream, indent=2)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
