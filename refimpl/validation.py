@@ -20,8 +20,10 @@ __all__ = [
     "check_block_inputs",
     "check_cotangent",
     "check_finite",
+    "check_graph_rows",
     "check_input",
     "check_keys",
+    "check_optional_input",
     "check_params",
     "check_same_dtype",
 ]
@@ -125,6 +127,46 @@ def check_like(
                 f"{reference.dtype}; {hint}cast it with refimpl.backend.asarray(..., "
                 f"dtype={reference_name}.dtype): nothing is cast silently"
             )
+
+
+def check_graph_rows(x: Any, graph: Any) -> None:
+    """``graph`` is a :class:`refimpl.Graph` with one node per row of ``x``."""
+    from refimpl.graph import Graph  # graph.py sits above this module's users
+
+    if not isinstance(graph, Graph):
+        raise TypeError(f"graph must be a refimpl.Graph, got {type(graph).__name__}")
+    if x.shape[0] != graph.num_nodes:
+        raise ValueError(
+            f"x has {x.shape[0]} rows but the graph has {graph.num_nodes} nodes; "
+            "x must hold one feature row per node"
+        )
+
+
+def check_optional_input(
+    value: Any, name: str, option: str, width: int | None, rows: int, x: Any, owner: str
+) -> None:
+    """An input a block takes exactly when configured for it (``edge_attr`` with ``edge_dim``,
+    ``pe`` with ``pe_dim``): absent when ``width`` is None, else a finite ``(rows, width)``
+    array on ``x``'s backend with ``x``'s dtype."""
+    if width is None:
+        if value is not None:
+            raise ValueError(
+                f"{name} was given but this {owner} has no {option}: {option}=None; construct "
+                f"it with {option}={value.shape[-1]} to use {name}, or drop {name}"
+            )
+        return
+    if value is None:
+        raise ValueError(
+            f"this {owner} has {option}={width} and needs {name} of shape ({rows}, {width}), "
+            f"one row each: pass {name}=, or construct it with {option}=None"
+        )
+    check_input(value, name, shape=(rows, width))
+    get_array_module(x, value)  # TypeError if on two backends
+    if value.dtype != x.dtype:
+        raise TypeError(
+            f"{name} has dtype {value.dtype} but x has {x.dtype}; cast {name} to x's dtype: "
+            "nothing is cast silently"
+        )
 
 
 def check_keys(given: Mapping[str, Any], expected: list[str], problem: str, fix: str) -> None:

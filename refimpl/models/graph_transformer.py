@@ -66,7 +66,12 @@ from refimpl.ops.activations import ReLU, SignCache
 from refimpl.ops.linear import Linear, LinearCache
 from refimpl.ops.pooling import GlobalPool
 from refimpl.ops.segment import Segments
-from refimpl.validation import check_block_inputs, check_cotangent, check_input
+from refimpl.validation import (
+    check_block_inputs,
+    check_cotangent,
+    check_graph_rows,
+    check_optional_input,
+)
 
 __all__ = ["AttentionGraph", "GraphTransformer", "GraphTransformerCache"]
 
@@ -310,18 +315,21 @@ class GraphTransformer:
             Dropout: masks from ``noise`` (keys in the module docstring) or ``rng``.
         """
         check_block_inputs(params, self.param_shapes(), "GraphTransformer", x, self.in_channels)
-        if not isinstance(graph, Graph):
-            raise TypeError(f"graph must be a refimpl.Graph, got {type(graph).__name__}")
+        check_graph_rows(x, graph)
         n = x.shape[0]
-        if graph.num_nodes != n:
-            raise ValueError(
-                f"x has {n} rows but the graph has {graph.num_nodes} nodes; one row per node"
-            )
         xp = get_array_module(x)
         batch_host, num_graphs = _check_batch(batch, num_graphs, n)
         structure = attention_graph(graph, batch_host, num_graphs, self.global_node)
-        edge_attr = self._check_optional(edge_attr, "edge_attr", self.edge_dim, graph.num_edges, x)
-        pe = self._check_optional(pe, "pe", self.pe_dim or None, n, x)
+        check_optional_input(
+            edge_attr,
+            "edge_attr",
+            "edge_dim",
+            self.edge_dim,
+            graph.num_edges,
+            x,
+            "GraphTransformer",
+        )
+        check_optional_input(pe, "pe", "pe_dim", self.pe_dim or None, n, x, "GraphTransformer")
         noise = dict(noise or {})
         blocks, used = self.blocks, {}
         sub = lambda prefix: split_params(blocks, params, prefix)  # noqa: E731
@@ -394,26 +402,6 @@ class GraphTransformer:
         )
         return out, cache
 
-    def _check_optional(self, value: Any, name: str, width: int | None, rows: int, x: Any) -> Any:
-        """Validate ``edge_attr`` or ``pe``: given exactly when the model has ``width``."""
-        option = "edge_dim" if name == "edge_attr" else "pe_dim"
-        if width is None:
-            if value is not None:
-                raise ValueError(
-                    f"{name} was given but the model has no {option}; construct "
-                    f"GraphTransformer({option}={value.shape[-1]}, ...) to use it"
-                )
-            return None
-        if value is None:
-            raise ValueError(
-                f"the model has {option}={width}: pass {name} of shape ({rows}, {width})"
-            )
-        check_input(value, name, shape=(rows, width))
-        if value.dtype != x.dtype:
-            raise TypeError(f"{name} has dtype {value.dtype} but x has {x.dtype}; use one dtype")
-        get_array_module(x, value)  # TypeError across backends
-        return value
-
     # -- backward ----------------------------------------------------------------------
     def backward(
         self,
@@ -465,7 +453,6 @@ class GraphTransformer:
                 d_e = d_e_layer if d_e is None else d_e + d_e_layer
             else:
                 d_h = d_inputs
-        d_inputs = []
         # B4 (of F4) the edge embedding; the input's columns of the kept edges
         d_edge_attr = None
         if self._edge_features:

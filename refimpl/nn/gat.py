@@ -60,7 +60,7 @@ from refimpl.ops.activations import leaky_relu, leaky_relu_backward, select_by_m
 from refimpl.ops.dropout import Dropout
 from refimpl.ops.propagate import propagate, propagate_backward
 from refimpl.ops.segment import gather, segment_softmax, segment_softmax_backward, segment_sum
-from refimpl.validation import check_block_inputs, check_cotangent
+from refimpl.validation import check_block_inputs, check_cotangent, check_graph_rows
 
 __all__ = ["GATCache", "GATConv"]
 
@@ -366,11 +366,5 @@ class GATConv:
 
     def _check_inputs(self, params: dict[str, Any], x: Any, graph: Graph) -> Graph:
         check_block_inputs(params, self.param_shapes(), "GATConv", x, self.in_channels)
-        if not isinstance(graph, Graph):
-            raise TypeError(f"graph must be a refimpl.Graph, got {type(graph).__name__}")
-        if x.shape[0] != graph.num_nodes:
-            raise ValueError(
-                f"x has {x.shape[0]} rows but the graph has {graph.num_nodes} nodes; "
-                "x must hold one feature row per node"
-            )
+        check_graph_rows(x, graph)
         return self.prepare_graph(graph)

@@ -80,6 +80,7 @@ from refimpl.nn.relational_bias import RelationalBias
 from refimpl.validation import (
     check_block_inputs,
     check_cotangent,
+    check_graph_rows,
     check_input,
     check_like,
     check_nonnegative_number,
@@ -211,11 +212,7 @@ class NodeFormerConv:
         """
         check_block_inputs(params, self.param_shapes(), "NodeFormerConv", x, self.in_channels)
         graph = self.prepare_graph(graph)
-        if x.shape[0] != graph.num_nodes:
-            raise ValueError(
-                f"x has {x.shape[0]} rows but the graph has {graph.num_nodes} nodes; "
-                "x must hold one feature row per node"
-            )
+        check_graph_rows(x, graph)
         xp = get_array_module(x)
         n, heads, c = x.shape[0], self.heads, self.out_channels
         used = self._resolve_noise(x, training, rng, noise)

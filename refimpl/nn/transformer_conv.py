@@ -90,7 +90,12 @@ from refimpl.nn.lipschitz_norm import (
 from refimpl.ops.dropout import Dropout
 from refimpl.ops.propagate import propagate, propagate_backward
 from refimpl.ops.segment import gather, segment_softmax, segment_softmax_backward, segment_sum
-from refimpl.validation import check_block_inputs, check_cotangent, check_input
+from refimpl.validation import (
+    check_block_inputs,
+    check_cotangent,
+    check_graph_rows,
+    check_optional_input,
+)
 
 __all__ = ["TransformerConv", "TransformerConvCache", "TransformerLipschitzCache"]
 
@@ -429,33 +434,10 @@ class TransformerConv:
 
     def _check_inputs(self, params: dict[str, Any], x: Any, graph: Graph, edge_attr: Any) -> None:
         check_block_inputs(params, self.param_shapes(), "TransformerConv", x, self.in_channels)
-        if not isinstance(graph, Graph):
-            raise TypeError(f"graph must be a refimpl.Graph, got {type(graph).__name__}")
-        if x.shape[0] != graph.num_nodes:
-            raise ValueError(
-                f"x has {x.shape[0]} rows but the graph has {graph.num_nodes} nodes; "
-                "x must hold one feature row per node"
-            )
-        if self.edge_dim is None:
-            if edge_attr is not None:
-                raise ValueError(
-                    "edge_attr was given but this TransformerConv has edge_dim=None; construct "
-                    "it with edge_dim=edge_attr.shape[1] to use edge features, or drop edge_attr"
-                )
-            return
-        if edge_attr is None:
-            raise ValueError(
-                f"this TransformerConv has edge_dim={self.edge_dim} and needs edge_attr of "
-                f"shape ({graph.num_edges}, {self.edge_dim}), one row per edge; pass edge_attr= "
-                "or construct it with edge_dim=None"
-            )
-        check_input(edge_attr, "edge_attr", shape=(graph.num_edges, self.edge_dim))
-        get_array_module(x, edge_attr)  # TypeError if on two backends
-        if edge_attr.dtype != x.dtype:
-            raise TypeError(
-                f"edge_attr has dtype {edge_attr.dtype} but x has {x.dtype}; cast edge_attr "
-                "to x's dtype: nothing is cast silently"
-            )
+        check_graph_rows(x, graph)
+        check_optional_input(
+            edge_attr, "edge_attr", "edge_dim", self.edge_dim, graph.num_edges, x, "TransformerConv"
+        )
 
 
 # -- small pieces ---------------------------------------------------------------------------
