@@ -55,48 +55,42 @@ def _load_cora():
     return x, graph, rng.integers(0, 7, 2708), train, "random graph of Cora's size"
 
 
-def _time(step, steps: int) -> float:
+def _time(step, steps: int, sync=lambda: None) -> float:
+    """Median milliseconds of ``step`` after 3 warm-up steps; ``sync`` waits for a device."""
     import statistics
     import time
 
     for _ in range(3):
         step()
+    sync()
     times = []
     for _ in range(steps):
+        sync()
         start = time.perf_counter()
         step()
+        sync()
         times.append(time.perf_counter() - start)
     return 1e3 * statistics.median(times)
 
 
-def run_ours(config: str, steps: int) -> dict:
-    import numpy as np
-
+def ours_model(config: str, in_channels: int, out_channels: int = 7, num_layers: int = 10):
+    """Configuration a (the GAT paper's Cora model) or b (a deep GATv2, ``num_layers`` deep)."""
     from refimpl.models import GAT
+
+    if config == "a":
+        return GAT(in_channels, 8, out_channels, 2, heads=(8, 1), version="v1", bias=True,
+                   activation="elu", dropout=0.6, attn_dropout=0.6)  # fmt: skip
+    return GAT(in_channels, 64, out_channels, num_layers, heads=1, version="v2",
+               share_weights=True)  # fmt: skip
+
+
+def ours_step(model, params: dict, x, graph, y, train, rng):
+    """One training step (forward, cross-entropy, backward, Adam) as a closure over its state."""
     from refimpl.ops.losses import SoftmaxCrossEntropy
     from refimpl.optim import Adam
 
-    x, graph, y, train, source = _load_cora()
-    if config == "a":
-        model = GAT(
-            x.shape[1],
-            8,
-            7,
-            2,
-            heads=(8, 1),
-            version="v1",
-            bias=True,
-            activation="elu",
-            dropout=0.6,
-            attn_dropout=0.6,
-        )
-    else:
-        model = GAT(x.shape[1], 64, 7, 10, heads=1, version="v2", share_weights=True)
-    params = model.init_params(np.random.default_rng(0), dtype=np.float32)
-    optimizer = Adam(lr=0.005, weight_decay=5e-4)
+    optimizer, loss = Adam(lr=0.005, weight_decay=5e-4), SoftmaxCrossEntropy()
     state = optimizer.init(params)
-    rng, loss = np.random.default_rng(1), SoftmaxCrossEntropy()
-    baseline = reset_peak_rss()
 
     def step() -> None:
         nonlocal params, state
@@ -106,40 +100,27 @@ def run_ours(config: str, steps: int) -> dict:
         _, grads = model.backward(params, cache, d_logits, input_grad=False)
         params, state = optimizer.step(params, grads, state)
 
-    ms = _time(step, steps)
-    return {"ms": ms, "peak_mb": status_mb("VmHWM") - baseline, "data": source}
+    return step
 
 
-def run_pyg(config: str, steps: int) -> dict:
+def pyg_step(config: str, x, edge_index, y, train, out_channels: int = 7, num_layers: int = 10):
+    """PyG's counterpart of :func:`ours_model` and :func:`ours_step`, on ``x``'s device."""
     import torch
     import torch.nn.functional as F
     from torch_geometric.nn import GATConv, GATv2Conv
 
-    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    torch.manual_seed(0)
-    x, graph, y, train, source = _load_cora()
-    x = torch.from_numpy(x)
-    edge_index = torch.from_numpy(graph.edge_index)
-    y, train = torch.from_numpy(y).long(), torch.from_numpy(train)
     if config == "a":
-        layers = torch.nn.ModuleList(
-            [
-                GATConv(x.shape[1], 8, heads=8, dropout=0.6),
-                GATConv(64, 7, heads=1, concat=False, dropout=0.6),
-            ]
-        )
+        layers = [GATConv(x.shape[1], 8, heads=8, dropout=0.6),
+                  GATConv(64, out_channels, heads=1, concat=False, dropout=0.6)]  # fmt: skip
     else:
-        widths = [x.shape[1]] + [64] * 9 + [7]
-        layers = torch.nn.ModuleList(
-            [
-                GATv2Conv(widths[i], widths[i + 1], heads=1, share_weights=True, bias=False)
-                for i in range(10)
-            ]
-        )
+        widths = [x.shape[1]] + [64] * (num_layers - 1) + [out_channels]
+        layers = [GATv2Conv(widths[i], widths[i + 1], heads=1, share_weights=True, bias=False)
+                  for i in range(num_layers)]  # fmt: skip
+    layers = torch.nn.ModuleList(layers).to(x.device)
     optimizer = torch.optim.Adam(layers.parameters(), lr=0.005, weight_decay=5e-4)
-    baseline = reset_peak_rss()
 
-    def forward() -> torch.Tensor:
+    def step() -> None:
+        optimizer.zero_grad()
         h = x
         for i, layer in enumerate(layers):
             if config == "a":
@@ -147,13 +128,38 @@ def run_pyg(config: str, steps: int) -> dict:
             h = layer(h, edge_index)
             if i < len(layers) - 1:
                 h = F.elu(h) if config == "a" else F.relu(h)
-        return h
-
-    def step() -> None:
-        optimizer.zero_grad()
-        F.cross_entropy(forward()[train], y[train]).backward()
+        F.cross_entropy(h[train], y[train]).backward()
         optimizer.step()
 
+    return step
+
+
+def run_ours(config: str, steps: int) -> dict:
+    import numpy as np
+
+    x, graph, y, train, source = _load_cora()
+    model = ours_model(config, x.shape[1])
+    params = model.init_params(np.random.default_rng(0), dtype=np.float32)
+    step = ours_step(model, params, x, graph, y, train, np.random.default_rng(1))
+    baseline = reset_peak_rss()
+    ms = _time(step, steps)
+    return {"ms": ms, "peak_mb": status_mb("VmHWM") - baseline, "data": source}
+
+
+def run_pyg(config: str, steps: int) -> dict:
+    import torch
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    torch.manual_seed(0)
+    x, graph, y, train, source = _load_cora()
+    step = pyg_step(
+        config,
+        torch.from_numpy(x),
+        torch.from_numpy(graph.edge_index),
+        torch.from_numpy(y).long(),
+        torch.from_numpy(train),
+    )
+    baseline = reset_peak_rss()
     ms = _time(step, steps)
     return {"ms": ms, "peak_mb": status_mb("VmHWM") - baseline, "data": source}
 

@@ -26,13 +26,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
-from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # scripts/: shared helpers
-from bench_gat import _load_cora
+from bench_gat import _load_cora, _time, ours_model, ours_step, pyg_step
 
 CASES = {
     "gat-a": "2-layer GAT v1, 8 heads x 8, ELU, dropout 0.6 (Cora)",
@@ -56,21 +53,6 @@ def _torch_sync(device: str) -> None:
         import torch
 
         torch.cuda.synchronize()
-
-
-def _time(step: Callable[[], None], sync: Callable[[], None], steps: int) -> float:
-    """Median milliseconds of ``step``, the device synchronised around each one."""
-    for _ in range(3):
-        step()
-    sync()
-    times = []
-    for _ in range(steps):
-        sync()
-        start = time.perf_counter()
-        step()
-        sync()
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
 
 
 def _device_rng(backend: str, seed: int):
@@ -105,37 +87,23 @@ def _gat_data(case: str, scale: int) -> tuple:
     return x, graph, y, train
 
 
+def _shape(case: str) -> dict:
+    """Depth and classes: on the large graph configuration b is a 2-layer GATv2."""
+    return {"out_channels": CLASSES, "num_layers": 2} if case == "gatv2-large" else {}
+
+
 def run_ours_gat(case: str, backend: str, steps: int, scale: int) -> float:
     import numpy as np
 
     from refimpl.backend import asarray
-    from refimpl.models import GAT
-    from refimpl.ops.losses import SoftmaxCrossEntropy
-    from refimpl.optim import Adam
 
     x, graph, y, train = _gat_data(case, scale)
-    if case == "gat-a":
-        model = GAT(x.shape[1], 8, 7, 2, heads=(8, 1), version="v1", bias=True,
-                    activation="elu", dropout=0.6, attn_dropout=0.6)  # fmt: skip
-    elif case == "gat-b":
-        model = GAT(x.shape[1], 64, 7, 10, heads=1, version="v2", share_weights=True)
-    else:
-        model = GAT(x.shape[1], 64, CLASSES, 2, heads=1, version="v2", share_weights=True)
+    model = ours_model("a" if case == "gat-a" else "b", x.shape[1], **_shape(case))
     x, y, train = (asarray(a, backend=backend) for a in (x, y, train))
-    graph = graph.to_backend(backend)
     params = model.init_params(np.random.default_rng(0), backend=backend, dtype=np.float32)
-    optimizer, loss = Adam(lr=0.005, weight_decay=5e-4), SoftmaxCrossEntropy()
-    state, rng = optimizer.init(params), _device_rng(backend, 1)
-
-    def step() -> None:
-        nonlocal params, state
-        logits, cache = model.forward(params, x, graph, training=True, rng=rng)
-        _, loss_cache = loss.forward({}, logits, y, train)
-        d_logits, _ = loss.backward({}, loss_cache, 1.0)
-        _, grads = model.backward(params, cache, d_logits, input_grad=False)
-        params, state = optimizer.step(params, grads, state)
-
-    return _time(step, lambda: _sync(backend), steps)
+    rng = _device_rng(backend, 1)
+    step = ours_step(model, params, x, graph.to_backend(backend), y, train, rng)
+    return _time(step, steps, lambda: _sync(backend))
 
 
 def run_ours_nodeformer(n: int, backend: str, steps: int) -> float:
@@ -165,44 +133,24 @@ def run_ours_nodeformer(n: int, backend: str, steps: int) -> float:
         _, cache = layer.forward(params, x, graph, training=True, noise=noise)
         layer.backward(params, cache, d_out)
 
-    return _time(step, lambda: _sync(backend), steps)
+    return _time(step, steps, lambda: _sync(backend))
 
 
 def run_pyg_gat(case: str, backend: str, steps: int, scale: int) -> float:
     import torch
-    import torch.nn.functional as F
-    from torch_geometric.nn import GATConv, GATv2Conv
 
     device = "cuda" if backend == "cupy" else "cpu"
     torch.manual_seed(0)
     x, graph, y, train = _gat_data(case, scale)
-    x, y = torch.from_numpy(x).to(device), torch.from_numpy(y).long().to(device)
-    train = torch.from_numpy(train).to(device)
-    edge_index = torch.from_numpy(graph.edge_index).to(device)
-    if case == "gat-a":
-        layers = [GATConv(x.shape[1], 8, heads=8, dropout=0.6),
-                  GATConv(64, 7, heads=1, concat=False, dropout=0.6)]  # fmt: skip
-    else:
-        depth, out = (10, 7) if case == "gat-b" else (2, CLASSES)
-        widths = [x.shape[1]] + [64] * (depth - 1) + [out]
-        layers = [GATv2Conv(widths[i], widths[i + 1], share_weights=True, bias=False)
-                  for i in range(depth)]  # fmt: skip
-    layers = torch.nn.ModuleList(layers).to(device)
-    optimizer = torch.optim.Adam(layers.parameters(), lr=0.005, weight_decay=5e-4)
-
-    def step() -> None:
-        optimizer.zero_grad()
-        h = x
-        for i, layer in enumerate(layers):
-            if case == "gat-a":
-                h = F.dropout(h, p=0.6, training=True)
-            h = layer(h, edge_index)
-            if i < len(layers) - 1:
-                h = F.elu(h) if case == "gat-a" else F.relu(h)
-        F.cross_entropy(h[train], y[train]).backward()
-        optimizer.step()
-
-    return _time(step, lambda: _torch_sync(device), steps)
+    step = pyg_step(
+        "a" if case == "gat-a" else "b",
+        torch.from_numpy(x).to(device),
+        torch.from_numpy(graph.edge_index).to(device),
+        torch.from_numpy(y).long().to(device),
+        torch.from_numpy(train).to(device),
+        **_shape(case),
+    )
+    return _time(step, steps, lambda: _torch_sync(device))
 
 
 def _pyg_available() -> bool:
