@@ -197,11 +197,8 @@ class MSELoss:
     def forward(
         self, params: dict[str, Any], predictions: Any, targets: Any, mask: Any = None
     ) -> tuple[Any, MSELossCache]:
-        xp = _check_predictions(predictions)
-        targets = _check_real_targets(targets, predictions)
-        _, weight = _row_weights(predictions, mask, predictions.shape[1])  # over rows and all T
-        # F1 residual
-        residual = predictions - targets  # (G, T)
+        # F1 residual (G, T), and the row weights over masked rows and all T
+        xp, residual, weight = _residual_and_weights(predictions, targets, mask)
         # F2 weighted mean of the squares over masked rows and all T columns
         loss = xp.asarray((weight[:, None] * residual * residual).sum())  # 0-d
         return loss, MSELossCache(residual, weight)
@@ -239,11 +236,8 @@ class L1Loss:
     def forward(
         self, params: dict[str, Any], predictions: Any, targets: Any, mask: Any = None
     ) -> tuple[Any, L1LossCache]:
-        xp = _check_predictions(predictions)
-        targets = _check_real_targets(targets, predictions)
-        _, weight = _row_weights(predictions, mask, predictions.shape[1])  # over rows and all T
-        # F1 residual
-        residual = predictions - targets  # (G, T)
+        # F1 residual (G, T), and the row weights over masked rows and all T
+        xp, residual, weight = _residual_and_weights(predictions, targets, mask)
         # F2 weighted mean of the absolute values over masked rows and all T columns
         loss = xp.asarray((weight[:, None] * xp.abs(residual)).sum())  # 0-d
         return loss, L1LossCache(xp.sign(residual), weight)
@@ -254,6 +248,15 @@ class L1Loss:
         d_loss = _check_scalar_cotangent(d_loss, cache.sign)
         # B2 (of F2) d|r|/dr = sign(r), 0 at r = 0; B1 (of F1) d predictions = d residual
         return (d_loss * cache.weight)[:, None] * cache.sign, {}  # (G, T)
+
+
+def _residual_and_weights(predictions: Any, targets: Any, mask: Any) -> tuple[Any, Any, Any]:
+    """The regression losses' shared start, validated: ``(xp, predictions - targets (G, T),
+    row weights (G,) = mask / (count * T))``."""
+    xp = _check_predictions(predictions)
+    targets = _check_real_targets(targets, predictions)
+    _, weight = _row_weights(predictions, mask, predictions.shape[1])  # over rows and all T
+    return xp, predictions - targets, weight
 
 
 def _check_predictions(predictions: Any) -> Any:
