@@ -82,12 +82,19 @@ def _check_name(name: str) -> str:
 _current: str = _check_name(os.environ.get("REFIMPL_BACKEND", "numpy"))
 
 
+_loaded: dict[str, ModuleType] = {}  # every array operation asks; import_module costs ~2 us
+
+
 def _load(name: str) -> ModuleType:
-    spec = _SPECS[_check_name(name)]
-    try:
-        return importlib.import_module(spec.module_path)
-    except ImportError as err:
-        raise ImportError(f"backend {name!r} is not available: {spec.install_hint}") from err
+    module = _loaded.get(name)
+    if module is None:
+        spec = _SPECS[_check_name(name)]
+        try:
+            module = importlib.import_module(spec.module_path)
+        except ImportError as err:
+            raise ImportError(f"backend {name!r} is not available: {spec.install_hint}") from err
+        _loaded[name] = module
+    return module
 
 
 def set_backend(name: str) -> None:

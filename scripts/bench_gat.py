@@ -13,9 +13,12 @@ Prints the median step time over repeated steps after warm-up, the ratio
 ours / PyG (<= 1: we are at least as fast) and the peak resident memory above
 the process's resident memory after loading the data and building the model
 (Linux: the peak mark is reset through ``/proc/self/clear_refs``). PyG runs only where
-``torch_geometric`` is installed.
+``torch_geometric`` is installed. Each side runs ``--rounds`` times, alternating
+which goes first; the table gives the medians over rounds and the median of the
+per-round ratios, since on a shared machine both columns drift by +-15% between
+runs while the ratio within a round moves much less.
 
-    python scripts/bench_gat.py [--steps 30] [--json results.json]
+    python scripts/bench_gat.py [--steps 30] [--rounds 3] [--json results.json]
 """
 
 from __future__ import annotations
@@ -183,38 +186,72 @@ def _child(which: str, config: str, steps: int, threads: int) -> dict | None:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _rounds(config: str, args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
+    """``args.rounds`` runs of each side, alternating which goes first (ours, PyG; PyG, ours;
+    ...), so that a machine that speeds up or slows down during the run favours neither."""
+    ours, pyg, has_pyg = [], [], True
+    for round_index in range(args.rounds):
+        order = ("ours", "pyg") if round_index % 2 == 0 else ("pyg", "ours")
+        for which in order:
+            if which == "ours":
+                ours.append(_child("ours", config, args.steps, args.threads))
+            elif has_pyg:
+                result = _child("pyg", config, args.steps, args.threads)
+                has_pyg = result is not None
+                if has_pyg:
+                    pyg.append(result)
+    return ours, pyg
+
+
 def main(argv: list[str] | None = None) -> None:
+    import statistics
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--threads", type=int, default=2, help="threads for both (default 2)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="runs of each side per configuration, alternating (default 3); the table "
+        "reports the medians over rounds and the median of the per-round ratios",
+    )
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args(argv)
     rows = {}
     print(f"{'config':<44} {'ours ms':>8} {'PyG ms':>8} {'ratio':>6} {'ours MB':>8} {'PyG MB':>7}")
     for config, label in CONFIGS.items():
-        ours, pyg = (
-            _child("ours", config, args.steps, args.threads),
-            _child("pyg", config, args.steps, args.threads),
-        )
-        ratio = ours["ms"] / pyg["ms"] if pyg else None
+        ours_runs, pyg_runs = _rounds(config, args)
+        ours_ms = statistics.median(run["ms"] for run in ours_runs)
+        ours_mb = max(run["peak_mb"] for run in ours_runs)
+        ratios = [o["ms"] / p["ms"] for o, p in zip(ours_runs, pyg_runs, strict=False)]
+        pyg_ms = statistics.median(run["ms"] for run in pyg_runs) if pyg_runs else None
+        pyg_mb = max(run["peak_mb"] for run in pyg_runs) if pyg_runs else None
+        ratio = statistics.median(ratios) if ratios else None
         rows[config] = {
             "label": label,
-            "ours_ms": ours["ms"],
-            "pyg_ms": pyg["ms"] if pyg else None,
+            "ours_ms": ours_ms,
+            "pyg_ms": pyg_ms,
             "ratio": ratio,
-            "ours_peak_mb": ours["peak_mb"],
-            "pyg_peak_mb": pyg["peak_mb"] if pyg else None,
-            "data": ours["data"],
+            "ours_peak_mb": ours_mb,
+            "pyg_peak_mb": pyg_mb,
+            "ours_ms_rounds": [run["ms"] for run in ours_runs],
+            "pyg_ms_rounds": [run["ms"] for run in pyg_runs],
+            "ratio_rounds": ratios,
+            "data": ours_runs[0]["data"],
         }
-        pyg_text = f"{pyg['ms']:>8.1f}" if pyg else f"{'n/a':>8}"
-        ratio_text = f"{ratio:>6.2f}" if ratio else f"{'n/a':>6}"
-        pyg_mb = f"{pyg['peak_mb']:>7.0f}" if pyg else f"{'n/a':>7}"
+        pyg_text = f"{pyg_ms:>8.1f}" if pyg_runs else f"{'n/a':>8}"
+        ratio_text = f"{ratio:>6.2f}" if ratios else f"{'n/a':>6}"
+        pyg_mb_text = f"{pyg_mb:>7.0f}" if pyg_runs else f"{'n/a':>7}"
         print(
-            f"{config + ' ' + label:<44} {ours['ms']:>8.1f} {pyg_text} {ratio_text} "
-            f"{ours['peak_mb']:>8.0f} {pyg_mb}"
+            f"{config + ' ' + label:<44} {ours_ms:>8.1f} {pyg_text} {ratio_text} "
+            f"{ours_mb:>8.0f} {pyg_mb_text}"
         )
+        if len(ratios) > 1:
+            print(f"{'':<44} per-round ratios: " + ", ".join(f"{r:.2f}" for r in ratios))
     print(
-        f"data: {rows['a']['data']}; float32; {args.threads} threads; median of {args.steps} steps"
+        f"data: {rows['a']['data']}; float32; {args.threads} threads; medians over "
+        f"{args.rounds} rounds of {args.steps} steps each"
     )
     if args.json:
         with open(args.json, "w") as stream:

@@ -61,6 +61,8 @@ from refimpl.validation import (
     NonFiniteError,
     check_block_inputs,
     check_cotangent,
+    check_finite,
+    check_graph_rows,
     check_keys,
     check_params,
 )
@@ -242,7 +244,7 @@ class GAT:
         masks needed, see the module docstring), else drawn from ``rng``.
         Returns ``(logits, cache)``; ``cache.noise`` holds the masks used.
         """
-        self._check_inputs(params, x)
+        self._check_inputs(params, x, graph)
         noise = self._check_noise(rng, noise) if training else {}
         phi = self._phi()
         h, layer_caches = x, []
@@ -276,7 +278,12 @@ class GAT:
         # F2 attention and aggregation, GAT-balance Eq. 1-2 before phi (N, n_l)
         attn_mask = noise.get(f"layer{i}.attn_mask")  # (E, H_l) or None: draw from rng
         layer_params = self.layer_params(params, i)
-        z, conv_cache = conv.forward(layer_params, h_in, graph, training, rng, attn_mask)
+        # parameters, x and the graph were checked once in forward; what is left to catch
+        # is an overflow inside the layer, checked on its output (N, n_l)
+        z, conv_cache = conv._forward(
+            layer_params, h_in, conv.prepare_graph(graph), training, rng, attn_mask
+        )
+        check_finite(z, "its output")
         # F3 linear skip from the same (dropped) input (N, n_l)
         residual_cache = None
         if self.residual:
@@ -374,8 +381,9 @@ class GAT:
         )
         return noise
 
-    def _check_inputs(self, params: dict[str, Any], x: Any) -> None:
+    def _check_inputs(self, params: dict[str, Any], x: Any, graph: Graph) -> None:
         check_block_inputs(params, self.param_shapes(), "GAT", x, self.in_channels)
+        check_graph_rows(x, graph)
 
 
 def _out_width(conv: GATConv) -> int:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from refimpl.backend import get_array_module, is_array
-from refimpl.validation import check_cotangent, check_input
+from refimpl.validation import check_array, check_cotangent, check_input
 
 __all__ = ["Dropout", "DropoutCache", "recorded_dropout"]
 
@@ -37,7 +37,7 @@ class Dropout:
     training : bool
         False (the default, as ``torch.nn.functional.dropout`` called with
         ``training=False``) or ``p == 0``: the identity; ``rng`` and ``mask`` are
-        then ignored and no number is drawn.
+        then ignored, no number is drawn, and x's values are not inspected.
     rng : numpy.random.Generator (or CuPy's), optional
         Draws the keep-mask as ``rng.random(x.shape) >= p`` (each entry kept
         with probability ``1 - p``), moved to x's backend.
@@ -71,10 +71,14 @@ class Dropout:
         rng: Any = None,
         mask: Any = None,
     ) -> tuple[Any, DropoutCache]:
-        xp = check_input(x)
         scale = 1.0 / (1.0 - self.p)
         if not training or self.p == 0:
+            # The identity computes nothing, so it checks the type alone and the block that
+            # computes with x checks its values: a finiteness pass over Cora's features
+            # here cost 2.4 ms, as much as a GAT layer's scoring.
+            check_array(x, "x")
             return x, DropoutCache(None, scale, tuple(x.shape), x.dtype)
+        xp = check_input(x)
         # F1 the keep-mask: given, or drawn on the host and moved to x's backend
         if mask is not None:
             _check_mask(mask, x)

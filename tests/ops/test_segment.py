@@ -63,6 +63,54 @@ def test_segment_sum_matches_naive(graph, seed, feature_shape, dtype, by):
 
 
 @given(graph=graphs(), seed=seeds(), feature_shape=FEATURE_SHAPES, dtype=DTYPES)
+@example(graph=EMPTY_GRAPH, seed=0, feature_shape=(2, 3), dtype=np.float64)
+def test_segment_sum_pair_matches_naive_on_both_backends(graph, seed, feature_shape, dtype):
+    values = _values(seed, (graph.num_edges, *feature_shape), dtype)
+    expected = naive.segment_sum(values, graph.edge_index[0], graph.num_nodes) + (
+        naive.segment_sum(values, graph.edge_index[1], graph.num_nodes)
+    )
+    out = ops.segment_sum_pair(values, graph.src_segments(np), graph.dst_segments(np))
+    assert out.dtype == dtype and out.shape == (graph.num_nodes, *feature_shape)
+    assert max_relative_error(out, expected) <= FORWARD_RTOL[np.dtype(dtype)]
+    strict, on_strict = array_module("strict"), graph.to_backend("strict")
+    generic = ops.segment_sum_pair(
+        strict.asarray(values), on_strict.src_segments(strict), on_strict.dst_segments(strict)
+    )
+    assert max_relative_error(to_numpy(generic), expected) <= FORWARD_RTOL[np.dtype(dtype)]
+
+
+@given(
+    graph=graphs(),
+    seed=seeds(),
+    heads=st.integers(1, 3),
+    channels=st.sampled_from([(), (4,)]),
+    mask=st.booleans(),
+    dtype=DTYPES,
+)
+@example(graph=EMPTY_GRAPH, seed=0, heads=2, channels=(4,), mask=True, dtype=np.float64)
+def test_weighted_segment_sums_match_naive_on_both_backends(
+    graph, seed, heads, channels, mask, dtype
+):
+    rng = np.random.default_rng(seed)
+    values = rng.standard_normal((graph.num_edges, heads, *channels))
+    values = values > 0 if mask else values.astype(dtype)  # a mask is read as 0/1
+    weights = rng.standard_normal((graph.num_edges, heads)).astype(dtype)
+    products = values * weights.reshape(weights.shape + (1,) * len(channels))
+    by_source = naive.segment_sum(products, graph.edge_index[0], graph.num_nodes)
+    by_target = naive.segment_sum(products, graph.edge_index[1], graph.num_nodes)
+    strict, on_strict = array_module("strict"), graph.to_backend("strict")
+    for xp, g in ((np, graph), (strict, on_strict)):
+        src, dst = g.src_segments(xp), g.dst_segments(xp)
+        v, w = xp.asarray(values), xp.asarray(weights)
+        for out, expected in (
+            (ops.segment_sum(v, src, weights=w), by_source),
+            (ops.segment_sum_pair(v, src, dst, weights=w), by_source + by_target),
+        ):
+            assert out.dtype == dtype and out.shape == (graph.num_nodes, heads, *channels)
+            assert max_relative_error(to_numpy(out), expected) <= FORWARD_RTOL[np.dtype(dtype)]
+
+
+@given(graph=graphs(), seed=seeds(), feature_shape=FEATURE_SHAPES, dtype=DTYPES)
 @example(graph=EMPTY_GRAPH, seed=0, feature_shape=(3,), dtype=np.float32)
 def test_segment_max_matches_naive(graph, seed, feature_shape, dtype):
     segments, index = _segments(graph)

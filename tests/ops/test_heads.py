@@ -1,0 +1,68 @@
+"""Per-head contractions: against a loop, as each other's adjoint, on the strict backend."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from refimpl.backend import to_numpy
+from refimpl.ops.heads import dot_per_head, sum_per_head
+from refimpl.testing import max_relative_error
+from refimpl.testing import strict as strict_xp
+from refimpl.testing.tolerances import FORWARD_RTOL
+from tests.strategies import seeds
+
+RTOL64 = FORWARD_RTOL[np.dtype(np.float64)]
+# (M, H, C): no rows, one row, one head, one channel, many heads
+SHAPES = st.tuples(st.integers(0, 40), st.integers(1, 8), st.integers(1, 70))
+
+
+def loop_dot(values: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+    out = np.zeros(values.shape[:2])
+    for m in range(values.shape[0]):
+        for h in range(values.shape[1]):
+            out[m, h] = math.fsum(values[m, h] * vectors[h])
+    return out
+
+
+def loop_sum(coefficients: np.ndarray, values: np.ndarray) -> np.ndarray:
+    out = np.zeros(values.shape[1:])
+    for m in range(values.shape[0]):
+        out += coefficients[m][:, None] * values[m]
+    return out
+
+
+@given(shape=SHAPES, seed=seeds())
+def test_both_match_a_loop_and_are_adjoint(shape: tuple, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    values = rng.standard_normal(shape)
+    vectors = rng.standard_normal(shape[1:])
+    coefficients = rng.standard_normal(shape[:2])
+    scores = dot_per_head(values, vectors)
+    assert scores.shape == shape[:2]
+    assert max_relative_error(scores, loop_dot(values, vectors)) <= RTOL64
+    summed = sum_per_head(coefficients, values)
+    assert summed.shape == shape[1:]
+    assert max_relative_error(summed, loop_sum(coefficients, values)) <= RTOL64
+    # <dot_per_head(values, vectors), coefficients> = <vectors, sum_per_head(coefficients, values)>
+    left, right = np.vdot(scores, coefficients), np.vdot(vectors, summed)
+    scale = np.abs(values).sum() * np.abs(vectors).max() * np.abs(coefficients).max(initial=0)
+    assert abs(left - right) <= RTOL64 * scale  # both 0 when M = 0
+
+
+@given(shape=SHAPES, seed=seeds())
+def test_strict_backend_matches_numpy(shape: tuple, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    values, vectors = rng.standard_normal(shape), rng.standard_normal(shape[1:])
+    coefficients = rng.standard_normal(shape[:2])
+    v_s, a_s, c_s = (strict_xp.asarray(a) for a in (values, vectors, coefficients))
+    assert max_relative_error(to_numpy(dot_per_head(v_s, a_s)), dot_per_head(values, vectors)) <= (
+        RTOL64
+    )
+    assert (
+        max_relative_error(to_numpy(sum_per_head(c_s, v_s)), sum_per_head(coefficients, values))
+        <= RTOL64
+    )
