@@ -29,6 +29,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from refimpl.ops.csr import csr_matmul
 from refimpl.ops.segment import Segments, gather, segment_sum
 
 __all__ = ["propagate", "propagate_backward"]
@@ -43,8 +46,6 @@ def _structure(rows: Segments, columns: Segments) -> tuple[Any, Any, Any]:
     ``column`` and ``indptr`` as int32 so that SciPy takes them without scanning
     them for a narrower index type on every call.
     """
-    import numpy as np
-
     cached = rows._structures.get(columns)
     if cached is None:
         structure = rows._sum_matrix(np.float64)  # CSR (R, E): indices = edges grouped by row
@@ -74,6 +75,13 @@ def _head_matrices(weights: Any, rows: Segments, columns: Segments) -> list[Any]
     ]
 
 
+def _per_head_products(matrices: list[Any], h: Any) -> Any:
+    """``matrices[k] @ h[:, k, :]`` stacked over heads, (N, H, C); one head without a copy."""
+    if len(matrices) == 1:
+        return csr_matmul(matrices[0], h[:, 0, :])[:, None, :]
+    return np.stack([csr_matmul(a, h[:, k, :]) for k, a in enumerate(matrices)], axis=1)
+
+
 def propagate(h: Any, weights: Any, src: Segments, dst: Segments) -> Any:
     """Weighted sum of source features into targets.
 
@@ -92,9 +100,8 @@ def propagate(h: Any, weights: Any, src: Segments, dst: Segments) -> Any:
     (N, H, C) array; targets with no incoming edge get zeros.
     """
     if src._backend == "numpy":
-        xp = src.xp
         matrices = _head_matrices(weights, dst, src)  # A_h, (N, N) per head
-        return xp.stack([a @ h[:, k, :] for k, a in enumerate(matrices)], axis=1)
+        return _per_head_products(matrices, h)
     messages = gather(h, src) * weights[..., None]  # F1 (E, H, C)
     return segment_sum(messages, dst)  # F2 (N, H, C)
 
@@ -114,7 +121,7 @@ def propagate_backward(
     heads, channels = d_out.shape[1:]
     if src._backend == "numpy" and (heads == 1 or channels >= _WIDE_HEAD):
         transposed = _head_matrices(weights, src, dst)  # A_h^T, (N, N) per head
-        d_h = xp.stack([a @ d_out[:, k, :] for k, a in enumerate(transposed)], axis=1)
+        d_h = _per_head_products(transposed, d_out)
     else:
         d_h = segment_sum(d_messages * weights[..., None], src)  # B1 (N, H, C)
     return d_h, d_weights

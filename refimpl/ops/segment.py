@@ -32,6 +32,7 @@ import weakref
 from typing import Any
 
 from refimpl.backend import backend_name, get_array_module
+from refimpl.ops.csr import csr_matmul
 
 __all__ = [
     "Segments",
@@ -168,12 +169,12 @@ def _sparse_sum(matrix: Any, values: Any, weights: Any, segments: Segments) -> A
 
     out_shape = (segments.num_segments, *values.shape[1:])
     if weights is None:
-        return (matrix @ _flat(values, segments.num_items)).reshape(out_shape)
+        return csr_matmul(matrix, _flat(values, segments.num_items)).reshape(out_shape)
     per_head = []
     for head in range(weights.shape[1]):
         entries = matrix.data * weights[matrix.indices, head]  # columns are items
         scaled = sp.csr_matrix((entries, matrix.indices, matrix.indptr), shape=matrix.shape)
-        per_head.append(scaled @ _flat(values[:, head], segments.num_items))  # (N, F')
+        per_head.append(csr_matmul(scaled, _flat(values[:, head], segments.num_items)))
     return segments.xp.stack(per_head, axis=1).reshape(out_shape)
 
 

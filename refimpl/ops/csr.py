@@ -1,0 +1,75 @@
+"""Sparse (CSR) times dense on the host, split into row blocks over threads when large.
+
+SciPy's CSR product runs on one core but releases the GIL. On large graphs it is
+bound by memory latency (each stored entry fetches a row of the dense operand from
+anywhere in memory), so blocks of rows on separate threads overlap those fetches:
+a random graph with N = 1e6 nodes, 1.1e7 edges and 64 channels, float32, 2 cores:
+0.96 s against 1.77 s. Small products stay on one thread, where the dispatch
+(~0.1 ms) would cost more than it saves. Every output row is computed by one
+thread exactly as the single product computes it, so the result does not depend
+on the thread count.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+__all__ = ["MIN_PARALLEL_WORK", "csr_matmul", "num_threads"]
+
+MIN_PARALLEL_WORK = 1 << 24  # stored entries x dense columns below which one thread runs it
+
+_pools: dict[int, ThreadPoolExecutor] = {}
+
+
+def num_threads() -> int:
+    """Threads for host kernels: ``REFIMPL_NUM_THREADS``, else ``OMP_NUM_THREADS`` (as the
+    BLAS reads it), else the CPUs this process may run on."""
+    for name in ("REFIMPL_NUM_THREADS", "OMP_NUM_THREADS"):
+        value = os.environ.get(name, "")
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def csr_matmul(
+    matrix: Any, dense: Any, threads: int | None = None, min_work: int = MIN_PARALLEL_WORK
+) -> np.ndarray:
+    """``matrix (R, C)`` (``scipy.sparse`` CSR) ``@ dense (C, F)`` -> ``(R, F)``.
+
+    On ``threads`` (default :func:`num_threads`) contiguous blocks of rows with
+    about equal numbers of stored entries, when ``matrix.nnz * F >= min_work``.
+    """
+    import scipy.sparse as sp
+
+    threads = num_threads() if threads is None else threads
+    columns = dense.shape[1] if dense.ndim == 2 else 1
+    rows = matrix.shape[0]
+    if threads < 2 or rows < threads or matrix.nnz * columns < min_work:
+        return matrix @ dense
+    # row boundaries that split the stored entries evenly (rows hold different counts)
+    indptr = matrix.indptr
+    targets = np.linspace(0, matrix.nnz, threads + 1)[1:-1]
+    bounds = [0, *np.searchsorted(indptr, targets).tolist(), rows]
+    out = np.empty((rows, *dense.shape[1:]), dtype=np.result_type(matrix.dtype, dense.dtype))
+
+    def block(k: int) -> None:
+        first, last = bounds[k], bounds[k + 1]
+        lo, hi = indptr[first], indptr[last]
+        part = sp.csr_matrix(
+            (matrix.data[lo:hi], matrix.indices[lo:hi], indptr[first : last + 1] - lo),
+            shape=(last - first, matrix.shape[1]),
+        )
+        out[first:last] = part @ dense
+
+    pool = _pools.get(threads)
+    if pool is None:
+        pool = _pools[threads] = ThreadPoolExecutor(threads, thread_name_prefix="refimpl-csr")
+    for future in [pool.submit(block, k) for k in range(threads)]:
+        future.result()
+    return out

@@ -1,0 +1,52 @@
+"""csr_matmul: row blocks on threads give exactly the single product, whatever the split."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given
+from hypothesis import strategies as st
+
+from refimpl.ops.csr import csr_matmul, num_threads
+from tests.strategies import seeds
+
+
+@given(
+    seed=seeds(),
+    rows=st.integers(0, 30),
+    columns=st.integers(1, 30),
+    width=st.integers(1, 5),
+    density=st.sampled_from([0.0, 0.1, 0.7]),
+    threads=st.integers(1, 5),
+    dtype=st.sampled_from([np.float32, np.float64]),
+)
+def test_threaded_blocks_equal_the_single_product(
+    seed: int, rows: int, columns: int, width: int, density: float, threads: int, dtype: type
+) -> None:
+    rng = np.random.default_rng(seed)
+    matrix = sp.random(rows, columns, density=density, format="csr", rng=rng, dtype=dtype)
+    dense = rng.standard_normal((columns, width)).astype(dtype)
+    single = matrix @ dense
+    split = csr_matmul(matrix, dense, threads=threads, min_work=0)  # always split
+    assert split.dtype == single.dtype and split.shape == (rows, width)
+    np.testing.assert_array_equal(split, single)  # bitwise: each row is one thread's
+
+
+def test_a_boolean_operand_is_read_as_zero_one() -> None:
+    matrix = sp.csr_matrix(np.array([[0.5, 0.0, 2.0], [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]]))
+    mask = np.array([[True, False], [False, False], [True, True]])
+    expected = matrix.toarray() @ mask.astype(float)
+    np.testing.assert_array_equal(csr_matmul(matrix, mask, threads=2, min_work=0), expected)
+
+
+@pytest.mark.parametrize(
+    ("environment", "expected"),
+    [({"REFIMPL_NUM_THREADS": "3", "OMP_NUM_THREADS": "2"}, 3), ({"OMP_NUM_THREADS": "2"}, 2)],
+)
+def test_thread_count_comes_from_the_environment(monkeypatch, environment, expected) -> None:
+    for name in ("REFIMPL_NUM_THREADS", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    assert num_threads() == expected
