@@ -1,0 +1,58 @@
+"""``scripts/bench_gat.py``'s bookkeeping, with the timed subprocesses replaced by stand-ins:
+rounds alternate which side goes first, the table's ratio is the median of per-round ratios,
+and a machine without PyG gets ours alone."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_gat.py"
+
+
+@pytest.fixture()
+def bench(monkeypatch):
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))  # its own imports (peak_memory)
+    spec = importlib.util.spec_from_file_location("bench_gat_under_test", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop("bench_gat_under_test", None)
+
+
+def test_rounds_alternate_and_the_ratio_is_the_median_per_round(bench, tmp_path) -> None:
+    calls, times = [], {"ours": iter([10, 30, 20]), "pyg": iter([20, 20, 80])}
+
+    def child(which, config, steps, threads):
+        calls.append(which)
+        return {"ms": next(times[which]), "peak_mb": 1.0, "data": "stand-in"}
+
+    bench._child = child
+    path = tmp_path / "out.json"
+    bench.CONFIGS = {"a": "stand-in"}
+    bench.main(["--rounds", "3", "--json", str(path)])
+    assert calls == ["ours", "pyg", "pyg", "ours", "ours", "pyg"]
+    row = json.loads(path.read_text())["a"]
+    assert row["ratio_rounds"] == [0.5, 1.5, 0.25]
+    assert row["ratio"] == 0.5  # not median(ours) / median(pyg) = 20 / 20
+    assert (row["ours_ms"], row["pyg_ms"]) == (20, 20)
+
+
+def test_without_pyg_only_ours_runs_after_the_first_try(bench, tmp_path) -> None:
+    calls = []
+
+    def child(which, config, steps, threads):
+        calls.append(which)
+        return None if which == "pyg" else {"ms": 5.0, "peak_mb": 1.0, "data": "stand-in"}
+
+    bench._child = child
+    bench.CONFIGS = {"a": "stand-in"}
+    path = tmp_path / "out.json"
+    bench.main(["--rounds", "3", "--json", str(path)])
+    assert calls == ["ours", "pyg", "ours", "ours"]
+    row = json.loads(path.read_text())["a"]
+    assert row["pyg_ms"] is None and row["ratio"] is None and row["ours_ms"] == 5.0
