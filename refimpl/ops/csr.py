@@ -23,6 +23,8 @@ __all__ = ["MIN_PARALLEL_WORK", "csr_matmul", "num_threads"]
 MIN_PARALLEL_WORK = 1 << 24  # stored entries x dense columns below which one thread runs it
 
 _pools: dict[int, ThreadPoolExecutor] = {}
+if hasattr(os, "register_at_fork"):  # a forked child has no worker threads: start afresh
+    os.register_at_fork(after_in_child=_pools.clear)
 
 
 def num_threads() -> int:
