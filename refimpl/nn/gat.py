@@ -259,8 +259,11 @@ class GATConv:
             positive = pre > 0
             scores = dot_per_head(xp.maximum(pre, 0), params["att"])
             scores *= 1 - slope
-            scores += slope * gather(dot_per_head(h_src, params["att"]), src)
-            scores += slope * gather(dot_per_head(h_dst, params["att"]), dst)
+            node_scores_src = dot_per_head(h_src, params["att"])  # g (N, H)
+            node_scores_dst = (
+                node_scores_src if h_dst is h_src else dot_per_head(h_dst, params["att"])
+            )
+            scores += slope * (gather(node_scores_src, src) + gather(node_scores_dst, dst))
             lipschitz = None
             if self.lipschitz_norm is not None:
                 # F4' LipschitzNorm of the score (E, H)

@@ -12,13 +12,14 @@ on the thread count.
 
 from __future__ import annotations
 
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
-__all__ = ["MIN_PARALLEL_WORK", "csr_matmul", "num_threads"]
+__all__ = ["MIN_PARALLEL_WORK", "csr_matmul", "csr_matmul_per_head", "num_threads"]
 
 MIN_PARALLEL_WORK = 1 << 24  # stored entries x dense columns below which one thread runs it
 
@@ -75,3 +76,15 @@ def csr_matmul(
     for future in [pool.submit(block, k) for k in range(threads)]:
         future.result()
     return out
+
+
+def csr_matmul_per_head(matrices: list[Any], dense: Any) -> np.ndarray:
+    """``matrices[h] @ dense[:, h]`` for every head ``h``, stacked on axis 1: ``dense``
+    ``(C, H, *F)`` -> ``(R, H, *F)``; one head without a copy."""
+    rows, features = matrices[0].shape[0], dense.shape[2:]
+    flat = dense.reshape(dense.shape[0], dense.shape[1], math.prod(features))  # (C, H, F)
+    if len(matrices) == 1:
+        out = csr_matmul(matrices[0], flat[:, 0])[:, None]
+    else:
+        out = np.stack([csr_matmul(a, flat[:, h]) for h, a in enumerate(matrices)], axis=1)
+    return out.reshape((rows, len(matrices), *features))

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from refimpl.ops.csr import csr_matmul
+from refimpl.ops.csr import csr_matmul_per_head
 from refimpl.ops.segment import Segments, gather, segment_sum
 
 __all__ = ["propagate", "propagate_backward"]
@@ -75,13 +75,6 @@ def _head_matrices(weights: Any, rows: Segments, columns: Segments) -> list[Any]
     ]
 
 
-def _per_head_products(matrices: list[Any], h: Any) -> Any:
-    """``matrices[k] @ h[:, k, :]`` stacked over heads, (N, H, C); one head without a copy."""
-    if len(matrices) == 1:
-        return csr_matmul(matrices[0], h[:, 0, :])[:, None, :]
-    return np.stack([csr_matmul(a, h[:, k, :]) for k, a in enumerate(matrices)], axis=1)
-
-
 def propagate(h: Any, weights: Any, src: Segments, dst: Segments) -> Any:
     """Weighted sum of source features into targets.
 
@@ -101,7 +94,7 @@ def propagate(h: Any, weights: Any, src: Segments, dst: Segments) -> Any:
     """
     if src._backend == "numpy":
         matrices = _head_matrices(weights, dst, src)  # A_h, (N, N) per head
-        return _per_head_products(matrices, h)
+        return csr_matmul_per_head(matrices, h)
     messages = gather(h, src) * weights[..., None]  # F1 (E, H, C)
     return segment_sum(messages, dst)  # F2 (N, H, C)
 
@@ -121,7 +114,7 @@ def propagate_backward(
     heads, channels = d_out.shape[1:]
     if src._backend == "numpy" and (heads == 1 or channels >= _WIDE_HEAD):
         transposed = _head_matrices(weights, src, dst)  # A_h^T, (N, N) per head
-        d_h = _per_head_products(transposed, d_out)
+        d_h = csr_matmul_per_head(transposed, d_out)
     else:
         d_h = segment_sum(d_messages * weights[..., None], src)  # B1 (N, H, C)
     return d_h, d_weights

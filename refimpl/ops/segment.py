@@ -32,7 +32,7 @@ import weakref
 from typing import Any
 
 from refimpl.backend import backend_name, get_array_module
-from refimpl.ops.csr import csr_matmul
+from refimpl.ops.csr import csr_matmul, csr_matmul_per_head
 
 __all__ = [
     "Segments",
@@ -167,15 +167,17 @@ def _sparse_sum(matrix: Any, values: Any, weights: Any, segments: Segments) -> A
     the matrix's columns when given; (N, *F)."""
     import scipy.sparse as sp
 
-    out_shape = (segments.num_segments, *values.shape[1:])
     if weights is None:
-        return csr_matmul(matrix, _flat(values, segments.num_items)).reshape(out_shape)
-    per_head = []
-    for head in range(weights.shape[1]):
-        entries = matrix.data * weights[matrix.indices, head]  # columns are items
-        scaled = sp.csr_matrix((entries, matrix.indices, matrix.indptr), shape=matrix.shape)
-        per_head.append(csr_matmul(scaled, _flat(values[:, head], segments.num_items)))
-    return segments.xp.stack(per_head, axis=1).reshape(out_shape)
+        out = csr_matmul(matrix, _flat(values, segments.num_items))  # (N, F)
+        return out.reshape((segments.num_segments, *values.shape[1:]))
+    scaled = [  # the columns are the items: scale column e by weights[e, h]
+        sp.csr_matrix(
+            (matrix.data * weights[matrix.indices, h], matrix.indices, matrix.indptr),
+            shape=matrix.shape,
+        )
+        for h in range(weights.shape[1])
+    ]
+    return csr_matmul_per_head(scaled, values)
 
 
 def segment_sum_backward(d_out: Any, segments: Segments) -> Any:

@@ -8,7 +8,7 @@ import scipy.sparse as sp
 from hypothesis import given
 from hypothesis import strategies as st
 
-from refimpl.ops.csr import csr_matmul, num_threads
+from refimpl.ops.csr import csr_matmul, csr_matmul_per_head, num_threads
 from tests.strategies import seeds
 
 
@@ -50,3 +50,15 @@ def test_thread_count_comes_from_the_environment(monkeypatch, environment, expec
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
     assert num_threads() == expected
+
+
+@given(seed=seeds(), heads=st.integers(1, 3), features=st.sampled_from([(), (4,), (2, 3)]))
+def test_per_head_products_stack_each_heads_product(seed: int, heads: int, features: tuple) -> None:
+    rng = np.random.default_rng(seed)
+    matrices = [sp.random(6, 5, density=0.5, format="csr", rng=rng) for _ in range(heads)]
+    dense = rng.standard_normal((5, heads, *features))
+    out = csr_matmul_per_head(matrices, dense)
+    assert out.shape == (6, heads, *features)
+    for h, matrix in enumerate(matrices):
+        expected = (matrix @ dense[:, h].reshape(5, -1)).reshape((6, *features))
+        np.testing.assert_array_equal(out[:, h], expected)
