@@ -102,10 +102,8 @@ def compare_tensors(
     reference entry), e.g. all gradients; other tensors are scaled by themselves.
     Names are reported in the order of ``reference``, then those only ``ours`` has.
     """
-    host = {
-        name: np.asarray(to_numpy(value), dtype=np.float64) for name, value in reference.items()
-    }
-    mine = {name: np.asarray(to_numpy(value), dtype=np.float64) for name, value in ours.items()}
+    host = {name: _host(value) for name, value in reference.items()}
+    mine = {name: _host(value) for name, value in ours.items()}
     group_scale: dict[str, float] = {}
     for members in (groups or {}).values():
         present = [host[n] for n in members if n in host and host[n].size]
@@ -113,19 +111,15 @@ def compare_tensors(
         group_scale.update({n: scale for n in members})
     result = Comparison()
     for name in [*host, *(n for n in mine if n not in host)]:
-        if name not in mine or name not in host:
-            side = "ours" if name not in mine else "the reference"
+        a, b = mine.get(name), host.get(name)
+        if a is None or b is None or a.shape != b.shape:
+            if a is None or b is None:
+                problem = f"missing in {'ours' if a is None else 'the reference'}"
+            else:
+                problem = f"shape {a.shape} (ours) vs {b.shape} (reference)"
+            shape = () if b is None else b.shape
             result.tensors.append(
-                TensorComparison(
-                    name, (), math.inf, math.inf, math.nan, False, f"missing in {side}"
-                )
-            )
-            continue
-        a, b = mine[name], host[name]
-        if a.shape != b.shape:
-            problem = f"shape {a.shape} (ours) vs {b.shape} (reference)"
-            result.tensors.append(
-                TensorComparison(name, b.shape, math.inf, math.inf, math.nan, rtol, False, problem)
+                TensorComparison(name, shape, math.inf, math.inf, math.nan, rtol, False, problem)
             )
             continue
         finite = bool(np.isfinite(a).all() and np.isfinite(b).all())
