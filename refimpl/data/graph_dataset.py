@@ -246,8 +246,8 @@ class GraphDataset:
         chosen = _check_indices(indices, len(self))
         sizes = np.diff(self.node_ptr)[chosen]  # (g,)
         edge_counts = np.diff(self.edge_ptr)[chosen]  # (g,)
-        node_rows = _ranges(self.node_ptr[chosen], sizes)  # (n,)
-        edge_cols = _ranges(self.edge_ptr[chosen], edge_counts)  # (e,)
+        node_rows = index_ranges(self.node_ptr[chosen], sizes)  # (n,)
+        edge_cols = index_ranges(self.edge_ptr[chosen], edge_counts)  # (e,)
         return GraphDataset(
             name=self.name,
             x=self.x[node_rows],
@@ -376,7 +376,7 @@ def _check_indices(indices: Any, num_graphs: int) -> np.ndarray:
     return chosen.astype(np.int64, copy=False)
 
 
-def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+def index_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """``concatenate([arange(s, s + l) for s, l in zip(starts, lengths)])`` without a loop."""
     ends = np.cumsum(lengths)  # (g,) end of each range in the output
     # Output position p of range j holds starts[j] + (p - (ends[j] - lengths[j])).

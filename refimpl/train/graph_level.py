@@ -37,16 +37,15 @@ import numpy as np
 
 from refimpl.backend import asarray
 from refimpl.data.graph_batch import GraphBatch, collate
-from refimpl.data.graph_dataset import GraphDataset
+from refimpl.data.graph_dataset import GraphDataset, index_ranges
 from refimpl.data.positional import laplacian_pe, random_sign_flip
 from refimpl.metrics import roc_auc
 from refimpl.ops.losses import BCEWithLogits, L1Loss, MSELoss
 from refimpl.optim import make_optimizer
 from refimpl.train.checkpoint import atomic_savez, save_checkpoint
 from refimpl.train.loop import (
-    TrainingDiverged,
-    _first_non_finite,
-    _layer_of,
+    _check_gradients,
+    _checked_step,
     _restore,
     _truncate_log,
 )
@@ -107,24 +106,32 @@ class _Split:
     def __init__(self, dataset: GraphDataset, pe_dim: int, dtype: Any) -> None:
         self.dataset, self.dtype = dataset, dtype
         self.pe = None
-        if pe_dim:
+        if pe_dim and len(dataset):
             whole = collate(dataset, np.arange(len(dataset)))
-            self.pe = laplacian_pe(whole.graph, pe_dim, whole.node_ptr)  # (N_total, pe_dim)
+            pe = laplacian_pe(whole.graph, pe_dim, whole.node_ptr)  # (N_total, pe_dim)
+            self.pe = pe.astype(dtype, copy=False)
+        self._eval_batches: tuple[int, list] | None = None  # (batch size, batches)
 
     def batch(self, indices: np.ndarray) -> tuple[GraphBatch, Any]:
-        """The collated graphs ``indices`` (cast to the training dtype) and their encodings."""
+        """The collated graphs ``indices`` and their encodings (in the training dtype)."""
         batch = collate(self.dataset, indices)
         pe = None
         if self.pe is not None:
-            pe = self.pe[_node_rows(self.dataset.node_ptr, indices)].astype(self.dtype)
+            node_ptr = self.dataset.node_ptr
+            pe = self.pe[index_ranges(node_ptr[indices], np.diff(node_ptr)[indices])]
         return batch, pe
 
-
-def _node_rows(node_ptr: np.ndarray, indices: np.ndarray) -> np.ndarray:
-    """The dataset rows of the nodes of graphs ``indices``, in collated order (no loop)."""
-    starts, sizes = node_ptr[indices], node_ptr[indices + 1] - node_ptr[indices]  # (B,)
-    offsets = np.cumsum(sizes) - sizes  # (B,) first collated row of each graph
-    return np.arange(int(sizes.sum())) + np.repeat(starts - offsets, sizes)  # (n,)
+    def eval_batches(self, batch_size: int) -> list[tuple[GraphBatch, Any]]:
+        """The split in order, in batches of ``batch_size``: built once, as evaluation reads
+        the same batches every epoch (and the model caches per batch graph)."""
+        if self._eval_batches is None or self._eval_batches[0] != batch_size:
+            count = len(self.dataset)
+            batches = [
+                self.batch(np.arange(start, min(start + batch_size, count)))
+                for start in range(0, count, batch_size)
+            ]
+            self._eval_batches = (batch_size, batches)
+        return self._eval_batches[1]
 
 
 def _inputs(model: Any, batch: GraphBatch, pe: Any, dtype: Any) -> dict[str, Any]:
@@ -145,8 +152,7 @@ def _evaluate(
 ) -> float:
     """Mean absolute error (regression) or macro ROC-AUC (multi-label) over a split."""
     outputs, targets = [], []
-    for start in range(0, len(split.dataset), batch_size):
-        batch, pe = split.batch(np.arange(start, min(start + batch_size, len(split.dataset))))
+    for batch, pe in split.eval_batches(batch_size):
         out, _ = model.forward(params, **_inputs(model, batch, pe, split.dtype))
         outputs.append(np.asarray(out, dtype=np.float64))
         targets.append(batch.y)
@@ -216,19 +222,8 @@ def train_graph_model(
             loss, loss_cache = loss_block.forward({}, out_batch, asarray(batch.y, dtype=dtype))
             d_out, _ = loss_block.backward({}, loss_cache, 1.0)
             _, grads = model.backward(params, cache, d_out, input_grad=False)
-            bad = _first_non_finite(grads)
-            if bad is not None or not math.isfinite(float(loss)):
-                raise TrainingDiverged(
-                    f"epoch {epoch}: loss {float(loss)}; first non-finite gradient in "
-                    f"{_layer_of(bad) if bad else '?'} ({bad}); lower the learning rate"
-                )
-            params, opt_state = optimizer.step(params, grads, opt_state)
-            bad = _first_non_finite(params)
-            if bad is not None:
-                raise TrainingDiverged(
-                    f"epoch {epoch}: the update made {_layer_of(bad)} non-finite ({bad}); "
-                    "lower the learning rate"
-                )
+            _check_gradients(float(loss), grads, epoch)
+            params, opt_state = _checked_step(optimizer, params, grads, opt_state, epoch)
             weighted_loss += float(loss) * len(indices)
         train_loss = weighted_loss / len(train)
         # 3-4 evaluate and select

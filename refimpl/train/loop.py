@@ -117,6 +117,31 @@ def _first_non_finite(arrays: dict[str, Any]) -> str | None:
     return None
 
 
+def _check_gradients(loss: float, grads: dict[str, Any], epoch: int) -> None:
+    """``TrainingDiverged`` when the loss or a gradient is not finite, naming the first."""
+    bad = _first_non_finite(grads)
+    if bad is not None or not math.isfinite(loss):
+        raise TrainingDiverged(
+            f"epoch {epoch}: loss {loss}; first non-finite gradient in "
+            f"{_layer_of(bad) if bad else '?'} ({bad}); lower the learning rate"
+        )
+
+
+def _checked_step(
+    optimizer: Any, params: dict[str, Any], grads: dict[str, Any], state: Any, epoch: int
+) -> tuple[dict[str, Any], Any]:
+    """``optimizer.step``, then ``TrainingDiverged`` if the update made a parameter
+    non-finite."""
+    params, state = optimizer.step(params, grads, state)
+    bad = _first_non_finite(params)
+    if bad is not None:
+        raise TrainingDiverged(
+            f"epoch {epoch}: the update made {_layer_of(bad)} non-finite ({bad}); "
+            "lower the learning rate"
+        )
+    return params, state
+
+
 def train_model(
     model: Any,
     dataset: Any,
@@ -219,13 +244,7 @@ def train_model(
             count = int(data[2].sum())
             weighted_loss, weight = weighted_loss + step_loss * count, weight + count
             step_params, step_grads = params, grads  # the epoch's last step is logged
-            params, opt_state = optimizer.step(params, grads, opt_state)
-            bad = _first_non_finite(params)
-            if bad is not None:
-                raise TrainingDiverged(
-                    f"epoch {epoch}: the update made layer {_layer_of(bad)} non-finite ({bad}); "
-                    "lower the learning rate"
-                )
+            params, opt_state = _checked_step(optimizer, params, grads, opt_state, epoch)
         train_loss = weighted_loss / weight
         norms = relative_grad_norms(step_params, step_grads)
         absolute_norms = grad_norms(step_params, step_grads)
@@ -315,12 +334,7 @@ def _gradients(
     train_loss = float(loss) + (auxiliary(cache) if auxiliary is not None else 0.0)
     d_logits, _ = loss_block.backward({}, loss_cache, 1.0)
     _, grads = model.backward(params, cache, d_logits, input_grad=False)
-    bad = _first_non_finite(grads)
-    if bad is not None or not math.isfinite(train_loss):
-        raise TrainingDiverged(
-            f"epoch {epoch}: loss {train_loss}; first non-finite gradient in layer "
-            f"{_layer_of(bad) if bad else '?'} ({bad}); lower the learning rate"
-        )
+    _check_gradients(train_loss, grads, epoch)
     return train_loss, grads
 
 

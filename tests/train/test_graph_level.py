@@ -73,6 +73,25 @@ def test_positional_encodings_follow_their_graphs_into_batches(splits: tuple) ->
     np.testing.assert_allclose(pe, laplacian_pe(alone.graph, 3, alone.node_ptr), atol=1e-12)
 
 
+def test_empty_evaluation_splits_give_nan_with_positional_encodings(splits: tuple) -> None:
+    # an empty val or test split must not be collated (for its encodings or otherwise)
+    train = splits[0]
+    empty = train.subset([])
+    result = train_graph_model(small_model(train), train, empty, empty, GraphTrainConfig(epochs=1))
+    assert np.isnan(result.val_metric) and np.isnan(result.test_metric)
+
+
+def test_evaluation_batches_are_built_once_and_in_order(splits: tuple) -> None:
+    val = splits[1]
+    split = _Split(val, 3, np.dtype(np.float64))
+    batches = split.eval_batches(2)
+    assert split.eval_batches(2) is batches  # reused every epoch
+    assert sum(batch.num_graphs for batch, _ in batches) == len(val)
+    first, pe = split.batch(np.arange(min(2, len(val))))
+    np.testing.assert_array_equal(batches[0][0].x, first.x)
+    np.testing.assert_array_equal(batches[0][1], pe)
+
+
 def test_training_beats_the_best_constant() -> None:
     """A seeded run (deterministic) learns: the model selected on validation beats the training
     median, the best constant under L1, by 20 % there (measured: 0.60 vs 0.90) and also on the
