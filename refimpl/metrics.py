@@ -46,20 +46,9 @@ def accuracy(logits: Any, y: Any, mask: Any = None) -> float:
             f"y must have shape (N,) = ({logits.shape[0]},) to match logits "
             f"{tuple(logits.shape)}, got {tuple(labels.shape)}"
         )
-    if mask is None:
-        rows = xp.ones(logits.shape[0], dtype=bool)
-    else:
-        _device(mask, "mask", kinds="b")
-        rows = _on(xp, mask)
-        if tuple(rows.shape) != (logits.shape[0],):
-            raise ValueError(
-                f"mask must have shape (N,) = ({logits.shape[0]},), got {tuple(rows.shape)}"
-            )
+    rows = _rows(mask, logits.shape[0], xp)
     count = int(xp.count_nonzero(rows))
-    if count == 0:
-        raise ValueError("no rows to score: the mask selects nothing (or N = 0)")
-    if logits.dtype.kind == "f" and not bool(xp.isfinite(logits[rows]).all()):
-        raise ValueError("logits contain NaN or infinity; a diverged model cannot be ranked")
+    _check_finite(logits[rows], "logits")
     chosen = labels[rows]
     low, high = int(chosen.min()), int(chosen.max())
     if low < 0 or high >= logits.shape[1]:
@@ -130,15 +119,8 @@ _KIND_WORDS = {"b": "boolean", "i": "integer", "u": "integer", "f": "floating-po
 
 def _host(value: Any, name: str, kinds: str) -> np.ndarray:
     """``value`` (an array of any backend) copied to NumPy, with a dtype kind in ``kinds``."""
-    if not is_array(value):
-        raise TypeError(
-            f"{name} must be an array (NumPy, CuPy or strict), got {type(value).__name__}"
-        )
-    host = to_numpy(value)
-    if host.dtype.kind not in kinds:
-        wanted = " or ".join(dict.fromkeys(_KIND_WORDS[k] for k in kinds))
-        raise TypeError(f"{name} must be of {wanted} dtype, got {host.dtype}")
-    return host
+    _device(value, name, kinds)
+    return to_numpy(value)
 
 
 def _device(value: Any, name: str, kinds: str) -> Any:
@@ -161,19 +143,20 @@ def _on(xp: Any, value: Any) -> Any:
     return asarray(value, backend=backend_name(xp))
 
 
-def _rows(mask: Any, num_rows: int) -> np.ndarray:
-    """The selected rows as a boolean (N,) NumPy array; at least one."""
+def _rows(mask: Any, num_rows: int, xp: Any = np) -> Any:
+    """The selected rows as a boolean (N,) array on ``xp``; at least one."""
     if mask is None:
-        rows = np.ones(num_rows, dtype=bool)
+        rows = xp.ones(num_rows, dtype=bool)
     else:
-        rows = _host(mask, "mask", kinds="b")
-        if rows.shape != (num_rows,):
-            raise ValueError(f"mask must have shape (N,) = ({num_rows},), got {rows.shape}")
-    if not rows.any():
+        _device(mask, "mask", kinds="b")
+        rows = _on(xp, mask)
+        if tuple(rows.shape) != (num_rows,):
+            raise ValueError(f"mask must have shape (N,) = ({num_rows},), got {tuple(rows.shape)}")
+    if not bool(rows.any()):
         raise ValueError("no rows to score: the mask selects nothing (or N = 0)")
     return rows
 
 
-def _check_finite(values: np.ndarray, name: str) -> None:
-    if values.dtype.kind == "f" and not np.isfinite(values).all():
+def _check_finite(values: Any, name: str) -> None:
+    if values.dtype.kind == "f" and not bool(get_array_module(values).isfinite(values).all()):
         raise ValueError(f"{name} contain NaN or infinity; a diverged model cannot be ranked")
