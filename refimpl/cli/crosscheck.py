@@ -23,6 +23,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
+    from refimpl.testing.tolerances import FORWARD_RTOL, GRADIENT_RTOL
+
+    defaults = ", ".join(
+        f"{_number(FORWARD_RTOL[dtype])} / {_number(GRADIENT_RTOL[dtype])} in {dtype}"
+        for dtype in GRADIENT_RTOL
+    )
     parser = commands.add_parser(
         "crosscheck",
         help="run our layer on another implementation's inputs and compare, tensor by tensor",
@@ -32,6 +38,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--rtol",
         type=float,
         default=None,
-        help="relative tolerance for every tensor (default: by dtype, 1e-12 / 1e-10 in float64)",
+        help="relative tolerance for every tensor (default: by dtype, outputs / gradients: "
+        f"{defaults})",
     )
     parser.set_defaults(run=run)
+
+
+def _number(value: float) -> str:
+    """``1e-12``, ``1e-4``: a tolerance as people write it."""
+    mantissa, exponent = f"{value:e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"

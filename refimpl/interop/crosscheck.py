@@ -33,27 +33,38 @@ The comparison is made in evaluation mode (no dropout): export with
 ``module.eval()``. Tolerances follow the data's dtype: outputs ``1e-12`` (float64)
 or ``1e-5`` (float32) relative to the output's largest entry, gradients ``1e-10`` or
 ``1e-4`` relative to the largest gradient entry of all (a gradient can be zero by
-cancellation: see :mod:`refimpl.interop.compare`); ``rtol=`` overrides both.
+cancellation: see :mod:`refimpl.interop.compare`); ``rtol=`` overrides both. The values
+are :data:`refimpl.testing.tolerances.FORWARD_RTOL` and ``GRADIENT_RTOL``.
+
+Gradients under PyG's names follow the layer's state-dict layout
+(:mod:`refimpl.interop.pyg_layouts`): a key that is the same module under a second name
+(GATv2's ``lin_r`` with ``share_weights``, GATConv's ``lin_dst`` before PyG 2.5) appears
+once in ``named_parameters()``, so its gradient is taken from its twin; keys refimpl has
+no counterpart for (GATv2's projection biases, the query/key/value biases PyG < 2.7 kept
+under ``bias=False``, an unused ``lin_skip``) need no gradient and are not compared.
 """
 
 from __future__ import annotations
 
 import json
-import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from refimpl.files import read_npz
 from refimpl.graph import Graph
 from refimpl.interop.compare import Comparison, compare_tensors
 from refimpl.interop.pyg import from_pyg
+from refimpl.interop.pyg_layouts import NEWEST, Entry, detect_gat_v1_layout, layout_entries
 from refimpl.nn import GATConv, TransformerConv
+from refimpl.testing.gradcheck import as_tuple
+from refimpl.testing.tolerances import FORWARD_RTOL, GRADIENT_RTOL
 
 __all__ = ["CrosscheckError", "crosscheck", "layer_from_config"]
 
 # outputs, gradients: a few ulps of the data's precision along the layer's chain of sums
-TOLERANCES = {np.dtype(np.float64): (1e-12, 1e-10), np.dtype(np.float32): (1e-5, 1e-4)}
+TOLERANCES = {dtype: (FORWARD_RTOL[dtype], GRADIENT_RTOL[dtype]) for dtype in GRADIENT_RTOL}
 _PYG_ARGUMENTS = {
     "GATConv": (
         "in_channels out_channels heads concat negative_slope dropout add_self_loops bias"
@@ -77,12 +88,25 @@ class CrosscheckError(ValueError):
 
 def layer_from_config(config: dict[str, Any]) -> GATConv | TransformerConv:
     """Our configured layer for a ``config`` entry (see the module docstring)."""
+    if not isinstance(config, dict):
+        raise CrosscheckError(
+            'config must be a JSON object {"framework": ..., "layer": ..., "kwargs": {...}}, '
+            f"got {config!r}"
+        )
     framework, name = config.get("framework", "pyg"), config.get("layer")
-    kwargs = dict(config.get("kwargs", {}))
+    kwargs = config.get("kwargs", {})
+    if not isinstance(kwargs, dict):
+        raise CrosscheckError(
+            f"config's kwargs must be a JSON object of constructor arguments, got {kwargs!r}"
+        )
+    kwargs = dict(kwargs)
     if framework == "refimpl":
         if name not in _OURS:
             raise CrosscheckError(f"layer {name!r} is not one of ours {sorted(_OURS)}")
-        return _OURS[name](**kwargs)
+        try:
+            return _OURS[name](**kwargs)
+        except TypeError as err:  # an argument our layer does not take
+            raise CrosscheckError(f"cannot build our {name} from {kwargs}: {err}") from err
     if framework != "pyg":
         raise CrosscheckError(f"framework must be 'pyg' or 'refimpl', got {framework!r}")
     if name not in _PYG_ARGUMENTS:
@@ -103,25 +127,12 @@ def layer_from_config(config: dict[str, Any]) -> GATConv | TransformerConv:
     return GATConv(version="v1" if name == "GATConv" else "v2", **kwargs)
 
 
-def _read(path: str | Path) -> dict[str, np.ndarray]:
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no crosscheck file at {path}")
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            return {key: archive[key] for key in archive.files}
-    except (ValueError, OSError, zipfile.BadZipFile) as err:
-        raise CrosscheckError(
-            f"{path} is not a readable .npz of plain arrays ({err}); write it with numpy.savez"
-        ) from err
-
-
 def crosscheck(path: str | Path, rtol: float | None = None) -> tuple[Comparison, list[str]]:
     """Run our layer on the file's inputs and parameters; compare outputs and gradients.
 
     Returns the comparison and notes (tensors not compared, and why).
     """
-    arrays = _read(path)
+    arrays = read_npz(path, CrosscheckError, "write it with numpy.savez", what="crosscheck file")
     for key in ("config", "input/x", "input/edge_index", "output/out"):
         if key not in arrays:
             raise CrosscheckError(f"{path} has no {key!r} entry (see refimpl.interop.crosscheck)")
@@ -132,10 +143,12 @@ def crosscheck(path: str | Path, rtol: float | None = None) -> tuple[Comparison,
     layer = layer_from_config(config)
     pyg = config.get("framework", "pyg") == "pyg"
     x = arrays["input/x"]
-    dtype = x.dtype
-    out_rtol, grad_rtol = (rtol, rtol) if rtol is not None else TOLERANCES.get(dtype, (0, 0))
-    if rtol is None and dtype not in TOLERANCES:
-        raise CrosscheckError(f"input/x has dtype {dtype}; use float32 or float64")
+    if rtol is not None:
+        out_rtol = grad_rtol = rtol
+    elif x.dtype in TOLERANCES:
+        out_rtol, grad_rtol = TOLERANCES[x.dtype]
+    else:
+        raise CrosscheckError(f"input/x has dtype {x.dtype}; use float32 or float64")
     notes: list[str] = []
     given = {k.removeprefix("param/"): v for k, v in arrays.items() if k.startswith("param/")}
     params = from_pyg(layer, given) if pyg else given
@@ -164,7 +177,7 @@ def crosscheck(path: str | Path, rtol: float | None = None) -> tuple[Comparison,
                 "save the cotangent in the dtype of the run"
             )
         d_inputs, d_params = layer.backward(params, cache, cotangent)
-        d_inputs = d_inputs if isinstance(d_inputs, tuple) else (d_inputs,)
+        d_inputs = as_tuple(d_inputs, len(inputs) - 1)  # x and edge_attr: the graph has none
         ours_grads = {"input/x": d_inputs[0]}
         if len(d_inputs) > 1:
             ours_grads["input/edge_attr"] = d_inputs[1]
@@ -192,29 +205,47 @@ def crosscheck(path: str | Path, rtol: float | None = None) -> tuple[Comparison,
 
 
 def _pyg_gradients(
-    layer: Any, grads: dict[str, np.ndarray], params: dict[str, np.ndarray]
+    layer: GATConv | TransformerConv, grads: dict[str, np.ndarray], params: dict[str, np.ndarray]
 ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """PyG-named gradients under our names; PyG's GATv2 projection biases have no counterpart
-    (their values must be zero, their gradients need not be) and are set aside."""
+    """PyG-named gradients under our names, driven by the layer's state-dict layout (the
+    one :func:`~refimpl.interop.pyg.from_pyg` read ``params`` with).
+
+    An ``"alias"`` key (the same module under a second name) takes its twin's gradient when
+    only one of the two is given: ``named_parameters()`` lists a shared module once. Keys
+    refimpl has no counterpart for (``"zero"``: their values must be zero, their gradients
+    need not be; ``"ignored"``: PyG never uses them) are set aside: they need no gradient,
+    are not compared, and are returned with the reason.
+    """
+    layout = None
+    if isinstance(layer, GATConv) and layer.version == "v1":
+        layout = detect_gat_v1_layout(set(params))
+    entries = layout_entries(layer, layout, NEWEST)
     grads = dict(grads)
-    # a shared module appears once in named_parameters() but under both names in the state
-    # dict (GATv2's lin_r = lin_l with share_weights, GATConv's lin_dst = lin_src before
-    # PyG 2.5): its gradient is that of the name present, whose values it equals
-    for key in sorted(set(params) - set(grads)):
-        alias = next(
-            (k for k in grads if k in params and np.array_equal(params[k], params[key])), None
-        )
-        if alias is not None:
-            grads[key] = grads[alias]
+    for entry in entries:
+        if entry.kind == "alias":
+            if entry.key not in grads and entry.source in grads:
+                grads[entry.key] = grads[entry.source]
+            elif entry.source not in grads and entry.key in grads:
+                grads[entry.source] = grads[entry.key]
+    skipped = {}
+    for entry in entries:
+        if entry.kind in ("zero", "ignored") and (entry.key in grads or entry.key in params):
+            like = grads.get(entry.key, params.get(entry.key))
+            grads[entry.key] = np.zeros_like(like)  # from_pyg accepts "zero" keys at zero
+            skipped[entry.key] = _no_counterpart(layer, entry)
     missing = sorted(set(params) - set(grads))
     if missing:
         raise CrosscheckError(
             f"gradients are given for some parameters but not for {missing}; give "
             "grad/param/<name> for every parameter (module.named_parameters()) or for none"
         )
-    skipped = {}
-    for key in ("lin_l.bias", "lin_r.bias"):
-        if key in grads and isinstance(layer, GATConv) and layer.version == "v2":
-            grads[key] = np.zeros_like(grads[key])
-            skipped[key] = "refimpl's GATv2 has no projection biases"
     return from_pyg(layer, grads), skipped
+
+
+def _no_counterpart(layer: GATConv | TransformerConv, entry: Entry) -> str:
+    """Why a PyG key's gradient is not compared (``entry.kind`` "zero" or "ignored")."""
+    if isinstance(layer, GATConv):  # only GATv2 has such keys: lin_l.bias, lin_r.bias
+        return "refimpl's GATv2 has no projection biases"
+    if entry.kind == "ignored":
+        return "PyG's TransformerConv does not use lin_skip with root_weight=False"
+    return "refimpl's TransformerConv with bias=False has no bias here (PyG < 2.7 kept it)"

@@ -90,11 +90,12 @@ import numpy as np
 
 import refimpl
 from refimpl.backend import to_numpy
-from refimpl.files import atomic_write
+from refimpl.files import atomic_write, read_npz
 from refimpl.graph import Graph
 from refimpl.interop.compare import Comparison, compare_tensors
 from refimpl.interop.golden_cases import CASES, GOLDEN_CASES, REGISTRY, GoldenCase
-from refimpl.testing.tolerances import FORWARD_RTOL
+from refimpl.testing import tolerances
+from refimpl.testing.gradcheck import as_tuple
 
 __all__ = [
     "GOLDEN_CASES",
@@ -111,8 +112,10 @@ __all__ = [
 FORMAT = "refimpl-golden"
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
-OUTPUT_RTOL = FORWARD_RTOL[np.dtype(np.float64)]  # 1e-12: the same forward, summed differently
-GRADIENT_RTOL = 1e-10  # a backward accumulates more roundings; scale: the case's largest gradient
+# golden files are float64: outputs 1e-12 (the same forward, summed differently), gradients
+# 1e-10 (a backward accumulates more roundings; scale: the case's largest gradient)
+OUTPUT_RTOL = tolerances.FORWARD_RTOL[np.dtype(np.float64)]
+GRADIENT_RTOL = tolerances.GRADIENT_RTOL[np.dtype(np.float64)]
 LOSS = "L = sum(cotangent * output/out)"
 
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # the earliest zip timestamp: files do not record export time
@@ -266,8 +269,7 @@ def _backward(
     """``grad/input/<name>`` and ``grad/param/<name>`` of ``L = sum(cotangent * out)``."""
     grad_inputs = list(grad_inputs)
     d_inputs, d_params = block.backward(params, cache, cotangent)
-    if len(grad_inputs) == 1:
-        d_inputs = (d_inputs,)
+    d_inputs = as_tuple(d_inputs, len(grad_inputs))
     grads = {f"grad/input/{n}": d for n, d in zip(grad_inputs, d_inputs, strict=True)}
     grads |= {f"grad/param/{name}": d_params[name] for name in params}
     return grads
@@ -322,8 +324,8 @@ def verify_golden(
     anything (:class:`GoldenError` naming each problem). Returns, per case in manifest
     order, its name and one :class:`~refimpl.interop.compare.Comparison`: ``output/out``
     judged at :data:`OUTPUT_RTOL` against its own scale, the gradients at
-    :data:`GRADIENT_RTOL` against the case's largest gradient entry (the comparison's
-    ``rtol`` field is the gradients'; every tensor carries its own verdict).
+    :data:`GRADIENT_RTOL` against the case's largest gradient entry (every tensor carries
+    its own rtol and verdict).
     """
     directory = Path(directory)
     manifest = read_manifest(directory)
@@ -381,11 +383,12 @@ def _verify_case(directory: Path, entry: dict[str, Any]) -> Comparison:
 def _load_case(directory: Path, entry: dict[str, Any]) -> dict[str, np.ndarray]:
     """The case's arrays, checked against the manifest's list of keys, shapes and dtypes."""
     name, file_name = entry["name"], entry["file"]
-    try:
-        with np.load(directory / file_name, allow_pickle=False) as archive:
-            arrays = {key: archive[key] for key in archive.files}
-    except (OSError, ValueError, zipfile.BadZipFile) as err:
-        raise GoldenError(f"case {name}: {file_name} is not a readable .npz ({err})") from err
+    arrays = read_npz(
+        directory / file_name,
+        GoldenError,
+        f"re-export the directory or restore the file (case {name})",
+        what="golden file",
+    )
     try:
         listed = {
             key: (list(spec["shape"]), str(spec["dtype"])) for key, spec in entry["arrays"].items()

@@ -40,6 +40,7 @@ from refimpl.testing.tolerances import GRADCHECK_RTOL
 __all__ = [
     "GradCheckReport",
     "TensorError",
+    "as_tuple",
     "check_gradients",
     "max_relative_error",
     "relative_errors",
@@ -122,7 +123,13 @@ def relative_errors(actual: Mapping[str, Any], expected: Mapping[str, Any]) -> d
     return errors
 
 
-def _as_tuple(value: Any, count: int) -> tuple:
+def as_tuple(value: Any, count: int) -> tuple:
+    """The input gradients a ``backward`` returned, as a tuple of ``count`` entries.
+
+    The layer protocol returns the gradient of a block's one differentiable input bare
+    (``d_x``) and those of several as a tuple (``(d_x, d_edge_attr)``); this undoes the
+    difference. ``count`` is the number of differentiable inputs (a 1-tuple stays as is).
+    """
     if count == 1 and not isinstance(value, tuple):
         return (value,)
     return tuple(value)
@@ -202,7 +209,7 @@ def check_gradients(
         _ROUNDINGS * np.finfo(np.float64).eps * float(xp.sum(xp.abs(cotangent * out))) / eps
     )
     d_inputs, d_params = block.backward(params, cache, cotangent)
-    d_inputs = _as_tuple(d_inputs, len(wrt_inputs))
+    d_inputs = as_tuple(d_inputs, len(wrt_inputs))
     analytic = [to_numpy(d) for d in d_inputs] + [to_numpy(d_params[name]) for name in params]
 
     def loss(perturbed_params: dict[str, Any], perturbed_inputs: tuple) -> float:
