@@ -8,9 +8,12 @@ CuPy), never inside the math. All blocks and layers share them.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
+
+import numpy as np
 
 from refimpl.backend import get_array_module, is_array
 
@@ -25,6 +28,8 @@ __all__ = [
     "check_keys",
     "check_optional_input",
     "check_params",
+    "check_positive_int",
+    "check_probability",
     "check_same_dtype",
 ]
 
@@ -208,8 +213,6 @@ def check_params(params: Any, shapes: Mapping[str, tuple], owner: str) -> None:
 
 def check_nonnegative_number(value: Any, name: str, allow_zero: bool = True) -> None:
     """A finite real ``>= 0`` (``> 0`` without ``allow_zero``), for configuration fields."""
-    import numpy as np
-
     bound = ">= 0" if allow_zero else "> 0"
     if (
         isinstance(value, bool)
@@ -219,6 +222,24 @@ def check_nonnegative_number(value: Any, name: str, allow_zero: bool = True) -> 
         or (value == 0 and not allow_zero)
     ):
         raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
+
+
+def check_positive_int(value: Any, name: str) -> None:
+    """An int ``>= 1`` (Python or NumPy, not a bool), for sizes in configuration fields.
+
+    ``name`` says whose field it is, e.g. ``"TransformerConv heads"``.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def check_probability(value: Any, name: str) -> None:
+    """A real in ``[0, 1)`` (not a bool; NaN fails), for dropout probabilities.
+
+    ``name`` says whose field it is, e.g. ``"GAT attn_dropout"``.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:
+        raise ValueError(f"{name} must be a probability in [0, 1), got {value!r}")
 
 
 def check_optional_bool(value: Any, name: str) -> None:

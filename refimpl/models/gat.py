@@ -65,6 +65,7 @@ from refimpl.validation import (
     check_graph_rows,
     check_keys,
     check_params,
+    check_probability,
 )
 
 __all__ = ["GAT", "GATLayerCache", "GATModelCache"]
@@ -136,9 +137,7 @@ class GAT:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"GAT {name} must be a positive int, got {value!r}")
         for name in ("dropout", "attn_dropout"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:
-                raise ValueError(f"GAT {name} must be a probability in [0, 1), got {value!r}")
+            check_probability(getattr(self, name), f"GAT {name}")
         self._phi()  # ValueError listing the valid names, or on a bad slope
         if self.pairnorm is not None and self.pairnorm not in PAIRNORM_MODES:
             raise ValueError(

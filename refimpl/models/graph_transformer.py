@@ -59,7 +59,12 @@ import numpy as np
 
 from refimpl.backend import asarray, get_array_module, to_numpy
 from refimpl.graph import Graph
-from refimpl.nn._blocks import flat_param_shapes, init_flat_params, split_params
+from refimpl.nn._blocks import (
+    block_backward,
+    flat_param_shapes,
+    init_flat_params,
+    split_params,
+)
 from refimpl.nn.graph_transformer import GraphTransformerLayer, GraphTransformerLayerCache
 from refimpl.nn.transformer_conv import TransformerConv
 from refimpl.ops.activations import ReLU, SignCache
@@ -71,6 +76,7 @@ from refimpl.validation import (
     check_cotangent,
     check_graph_rows,
     check_optional_input,
+    check_positive_int,
 )
 
 __all__ = ["AttentionGraph", "GraphTransformer", "GraphTransformerCache"]
@@ -208,9 +214,7 @@ class GraphTransformer:
 
     def __post_init__(self) -> None:
         for name in ("in_channels", "out_channels", "hidden_channels", "num_layers"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"GraphTransformer {name} must be a positive int, got {value!r}")
+            check_positive_int(getattr(self, name), f"GraphTransformer {name}")
         if self.edge_dim is not None and (
             isinstance(self.edge_dim, bool)
             or not isinstance(self.edge_dim, int)
@@ -418,24 +422,15 @@ class GraphTransformer:
         rows = x.shape[0] if self.pool is None else cache.batch.num_segments
         check_cotangent(d_out, (rows, self.out_channels), x.dtype, x, name="d_out")
         blocks, d_params = self.blocks, {}
-        sub = lambda prefix: split_params(blocks, params, prefix)  # noqa: E731
-
-        def collect(prefix: str, grads: dict[str, Any]) -> None:
-            for name, grad in grads.items():
-                key = f"{prefix}.{name}"
-                d_params[key] = d_params[key] + grad if key in d_params else grad
 
         if self.pool is None:
             # B7' (of F7')
-            d_h, grads = blocks["head"].backward(sub("head"), cache.head, d_out)
-            collect("head", grads)
+            d_h = block_backward(blocks, params, "head", cache.head, d_out, d_params)
         else:
             # B8 (of F8), B7 (of F7)
-            d_p, grads = blocks["head2"].backward(sub("head2"), cache.head, d_out)
-            collect("head2", grads)
+            d_p = block_backward(blocks, params, "head2", cache.head, d_out, d_params)
             d_p, _ = ReLU().backward({}, cache.relu, d_p)
-            d_p, grads = blocks["head1"].backward(sub("head1"), cache.head1, d_p)
-            collect("head1", grads)
+            d_p = block_backward(blocks, params, "head1", cache.head1, d_p, d_params)
             d_h, _ = GlobalPool(self.pool).backward({}, cache.pool, d_p)
         # B6 (of F6) the global nodes' rows get no gradient from the head
         structure = cache.attention_graph
@@ -445,9 +440,7 @@ class GraphTransformer:
         # B5 (of F5) the layers; every layer reads the same edge embedding e
         d_e = None
         for i in reversed(range(self.num_layers)):
-            prefix = f"layer{i}"
-            d_inputs, grads = blocks[prefix].backward(sub(prefix), cache.layers[i], d_h)
-            collect(prefix, grads)
+            d_inputs = block_backward(blocks, params, f"layer{i}", cache.layers[i], d_h, d_params)
             if self._edge_features:
                 d_h, d_e_layer = d_inputs
                 d_e = d_e_layer if d_e is None else d_e + d_e_layer
@@ -456,10 +449,10 @@ class GraphTransformer:
         # B4 (of F4) the edge embedding; the input's columns of the kept edges
         d_edge_attr = None
         if self._edge_features:
-            d_types, grads = blocks["edge"].backward(
-                sub("edge"), cache.edge, d_e, input_grad=self.edge_dim is not None
+            edge_input = self.edge_dim is not None  # the type columns alone need no gradient
+            d_types = block_backward(
+                blocks, params, "edge", cache.edge, d_e, d_params, input_grad=edge_input
             )
-            collect("edge", grads)
             if self.edge_dim is not None:
                 kept = structure.kept
                 d_edge_attr = xp.zeros((kept.size, self.edge_dim), dtype=x.dtype)  # (E, edge_dim)
@@ -471,11 +464,11 @@ class GraphTransformer:
         # B2 (of F2) positional encodings
         d_pe = None
         if self.pe_dim:
-            d_pe, grads = blocks["pe"].backward(sub("pe"), cache.pe, d_h)
-            collect("pe", grads)
+            d_pe = block_backward(blocks, params, "pe", cache.pe, d_h, d_params)
         # B1 (of F1) input embedding
-        d_x, grads = blocks["input"].backward(sub("input"), cache.input, d_h, input_grad=input_grad)
-        collect("input", grads)
+        d_x = block_backward(
+            blocks, params, "input", cache.input, d_h, d_params, input_grad=input_grad
+        )
         d_inputs = [d_x]
         if self.edge_dim is not None:
             d_inputs.append(d_edge_attr)

@@ -49,7 +49,6 @@ Defaults follow the authors' Cora run (``run.sh``): ``D = 32``, 2 layers, 4 head
 from __future__ import annotations
 
 import functools
-import numbers
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -57,7 +56,13 @@ import numpy as np
 
 from refimpl.backend import asarray, backend_name, get_array_module
 from refimpl.graph import Graph
-from refimpl.nn._blocks import flat_param_shapes, init_flat_params, split_params
+from refimpl.nn._blocks import (
+    accumulate_grads,
+    block_backward,
+    flat_param_shapes,
+    init_flat_params,
+    split_params,
+)
 from refimpl.nn.layernorm import LayerNorm, LayerNormCache
 from refimpl.nn.nodeformer import NodeFormerCache, NodeFormerConv
 from refimpl.nn.nodeformer_edge_loss import (
@@ -69,7 +74,13 @@ from refimpl.nn.random_features import draw_projection
 from refimpl.ops.activations import ELU, ELUCache
 from refimpl.ops.dropout import Dropout, DropoutCache, recorded_dropout
 from refimpl.ops.linear import Linear, LinearCache
-from refimpl.validation import check_block_inputs, check_cotangent, check_nonnegative_number
+from refimpl.validation import (
+    check_block_inputs,
+    check_cotangent,
+    check_nonnegative_number,
+    check_positive_int,
+    check_probability,
+)
 
 __all__ = ["NodeFormer", "NodeFormerLayerCache", "NodeFormerModelCache"]
 
@@ -128,12 +139,8 @@ class NodeFormer:
 
     def __post_init__(self) -> None:
         for name in ("in_channels", "hidden_channels", "out_channels", "num_layers"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"NodeFormer {name} must be a positive int, got {value!r}")
-        value = self.dropout
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:
-            raise ValueError(f"NodeFormer dropout must be a probability in [0, 1), got {value!r}")
+            check_positive_int(getattr(self, name), f"NodeFormer {name}")
+        check_probability(self.dropout, "NodeFormer dropout")
         check_nonnegative_number(self.edge_loss_weight, "NodeFormer edge_loss_weight")
         if self.edge_loss_convention not in EDGE_LOSS_CONVENTIONS:
             raise ValueError(
@@ -338,18 +345,11 @@ class NodeFormer:
         blocks, d_params = self.blocks, {}
         dropout = Dropout(self.dropout)
 
-        def collect(prefix: str, grads: dict[str, Any]) -> None:
-            for name, grad in grads.items():
-                key = f"{prefix}.{name}"
-                d_params[key] = d_params[key] + grad if key in d_params else grad
-
         # B10 (of F10) output MLP
-        d_h, grads = blocks["output"].backward(self._sub(params, "output"), cache.output, d_logits)
-        collect("output", grads)
+        d_h = block_backward(blocks, params, "output", cache.output, d_logits, d_params)
         edge_scale = self.edge_loss_weight / self.num_layers  # d (lambda L_e) / d L_e^(l)
         for i in reversed(range(self.num_layers)):
             conv, layer = self.convs[i], cache.layers[i]
-            conv_params = self._sub(params, f"layer{i}")
             # B9 (of F9) dropout
             d_z, _ = dropout.backward({}, layer.dropout, d_h)
             # B8 (of F8) ELU
@@ -357,34 +357,27 @@ class NodeFormer:
                 d_z, _ = ELU().backward({}, layer.activation, d_z)
             # B7 (of F7) LayerNorm
             if layer.norm is not None:
-                prefix = f"layer{i}.norm"
-                d_z, grads = blocks[prefix].backward(self._sub(params, prefix), layer.norm, d_z)
-                collect(prefix, grads)
+                d_z = block_backward(blocks, params, f"layer{i}.norm", layer.norm, d_z, d_params)
             # B6 (of F6) the residual's identity path, added to d h^l below
             d_skip = d_z if self.residual else None
             # B5 (of F5) the conv
-            d_h, grads = conv.backward(conv_params, layer.conv, d_z)
-            collect(f"layer{i}", grads)
+            d_h = block_backward(blocks, params, f"layer{i}", layer.conv, d_z, d_params)
             if d_skip is not None:
                 d_h = d_h + d_skip
             # the edge loss of this layer reads its input and W_q, b_q, W_k, b_k
             if layer.edge_loss is not None:
                 d_edge_x, grads = self._edge_loss(conv).backward(
-                    conv_params, layer.edge_loss, edge_scale
+                    self._sub(params, f"layer{i}"), layer.edge_loss, edge_scale
                 )
                 d_h = d_h + d_edge_x
-                collect(f"layer{i}", grads)
+                accumulate_grads(d_params, f"layer{i}", grads)  # after the conv's own
         # B4-B1 (of F4-F1) input MLP
         d_h, _ = dropout.backward({}, cache.input_dropout, d_h)
         d_h, _ = ELU().backward({}, cache.input_activation, d_h)
-        d_h, grads = blocks["input_norm"].backward(
-            self._sub(params, "input_norm"), cache.input_norm, d_h
+        d_h = block_backward(blocks, params, "input_norm", cache.input_norm, d_h, d_params)
+        d_x = block_backward(
+            blocks, params, "input", cache.input_linear, d_h, d_params, input_grad=input_grad
         )
-        collect("input_norm", grads)
-        d_x, grads = blocks["input"].backward(
-            self._sub(params, "input"), cache.input_linear, d_h, input_grad=input_grad
-        )
-        collect("input", grads)
         return d_x, {name: d_params[name] for name in params}
 
 

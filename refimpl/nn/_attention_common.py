@@ -1,8 +1,11 @@
-"""Pieces shared by the dense attention blocks: row-wise softmax and boundary checks.
+"""Pieces shared by the attention layers: row-wise softmax, boundary checks, projections.
 
 Private to the attention layers: :mod:`refimpl.nn.attention` and its blocks
-(:mod:`refimpl.nn.linear_score_attention`, :mod:`refimpl.nn.transformer_attention`), and
-:mod:`refimpl.nn.transformer_conv` (``positive_int``).
+(:mod:`refimpl.nn.linear_score_attention`, :mod:`refimpl.nn.transformer_attention`) use
+the softmax and the checks; :mod:`refimpl.nn.transformer_conv` and
+:mod:`refimpl.nn.nodeformer` (and through it :mod:`refimpl.nn.nodeformer_edge_loss`)
+use the query/key/value projections ``y = x W^T + b`` (``W_{name} (out, in)``,
+``b_{name} (out,)``) and their adjoint.
 """
 
 from __future__ import annotations
@@ -13,7 +16,13 @@ from typing import Any
 import numpy as np
 
 from refimpl.backend import get_array_module
-from refimpl.validation import check_array, check_input, check_params, check_same_dtype
+from refimpl.validation import (
+    check_array,
+    check_input,
+    check_params,
+    check_positive_int,
+    check_same_dtype,
+)
 
 __all__ = [
     "check_alpha",
@@ -23,6 +32,8 @@ __all__ = [
     "check_x",
     "glorot",
     "positive_int",
+    "project",
+    "project_backward",
     "softmax_rows",
     "softmax_rows_derivative",
 ]
@@ -42,8 +53,42 @@ def softmax_rows_derivative(probabilities: Any, d: Any) -> Any:
 
 
 def positive_int(owner: str, name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{owner} {name} must be a positive int, got {value!r}")
+    """:func:`refimpl.validation.check_positive_int` for ``owner``'s field ``name``."""
+    check_positive_int(value, f"{owner} {name}")
+
+
+def project(params: dict[str, Any], name: str, x: Any, bias: bool) -> Any:
+    """``x W_{name}^T (+ b_{name} with bias)``: (N, in) -> (N, out)."""
+    y = x @ params[f"W_{name}"].T
+    return y + params[f"b_{name}"] if bias else y
+
+
+def project_backward(
+    params: dict[str, Any],
+    x: Any,
+    d_heads: dict[str, Any],
+    d_params: dict[str, Any],
+    width: int,
+    bias: bool,
+    input_grad: bool = True,
+    d_x: Any = None,
+) -> Any:
+    """Adjoint of :func:`project` for each ``d_heads[name]`` (N, ..., reshaped to (N, width)).
+
+    Fills ``d_params`` with ``W_{name}`` (and ``b_{name}`` with ``bias``) and returns
+    ``d_x (N, in)``: the given ``d_x`` (None: nothing yet) plus, with ``input_grad``, each
+    projection's term, added in the order of ``d_heads`` (the order fixes the rounding).
+    """
+    n = x.shape[0]
+    for name, d_head in d_heads.items():
+        d_y = d_head.reshape(n, width)  # (N, out)
+        d_params[f"W_{name}"] = d_y.T @ x  # (out, N) @ (N, in)
+        if bias:
+            d_params[f"b_{name}"] = d_y.sum(axis=0)
+        if input_grad:
+            term = d_y @ params[f"W_{name}"]  # (N, out) @ (out, in)
+            d_x = term if d_x is None else d_x + term
+    return d_x
 
 
 def check_normalization(owner: str, value: Any, allowed: tuple) -> None:

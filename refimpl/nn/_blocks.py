@@ -3,8 +3,13 @@
 A stack (a model, or a layer made of sub-blocks) holds its parameterised blocks in
 a ``dict`` from prefix to block, in parameter order; every block has
 ``param_shapes()`` and ``init_params(rng, backend=, dtype=)``. These helpers give
-the stack's flat layout, its initialisation and one block's view of it, so the
-layout is written once.
+the stack's flat layout, its initialisation, one block's view of it and, in the
+backward pass, the collection of each block's gradients back into the flat layout,
+so the layout is written once.
+
+Gradients are collected into ``d_params`` as the backward walks the blocks: a key
+met a second time (a parameter read by two steps) gets ``d_params[key] + grad``,
+the earlier term first, so the sum is rounded in the order of the walk.
 """
 
 from __future__ import annotations
@@ -13,7 +18,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["flat_param_shapes", "init_flat_params", "split_params"]
+__all__ = [
+    "accumulate_grads",
+    "block_backward",
+    "flat_param_shapes",
+    "init_flat_params",
+    "split_params",
+]
 
 
 def flat_param_shapes(blocks: dict[str, Any]) -> dict[str, tuple[int, ...]]:
@@ -39,3 +50,35 @@ def init_flat_params(
 def split_params(blocks: dict[str, Any], params: dict[str, Any], prefix: str) -> dict[str, Any]:
     """The parameters of ``blocks[prefix]`` under the block's own names."""
     return {name: params[f"{prefix}.{name}"] for name in blocks[prefix].param_shapes()}
+
+
+def accumulate_grads(d_params: dict[str, Any], prefix: str, grads: dict[str, Any]) -> None:
+    """Add a block's ``grads`` into ``d_params`` under ``{prefix}.{name}`` (in place).
+
+    A new key takes the gradient as is; a key already present becomes
+    ``d_params[key] + grad`` (a new array, the earlier term first).
+    """
+    for name, grad in grads.items():
+        key = f"{prefix}.{name}"
+        d_params[key] = d_params[key] + grad if key in d_params else grad
+
+
+def block_backward(
+    blocks: dict[str, Any],
+    params: dict[str, Any],
+    prefix: str,
+    cache: Any,
+    d_out: Any,
+    d_params: dict[str, Any],
+    **kwargs: Any,
+) -> Any:
+    """``blocks[prefix].backward`` on its own parameters: collects its gradients into
+    ``d_params`` (:func:`accumulate_grads`) and returns its input gradient.
+
+    ``kwargs`` go to the block's backward (e.g. ``input_grad=False``).
+    """
+    d_input, grads = blocks[prefix].backward(
+        split_params(blocks, params, prefix), cache, d_out, **kwargs
+    )
+    accumulate_grads(d_params, prefix, grads)
+    return d_input

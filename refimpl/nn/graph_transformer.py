@@ -47,20 +47,24 @@ step exactly.
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from refimpl.graph import Graph
-from refimpl.nn._blocks import flat_param_shapes, init_flat_params, split_params
+from refimpl.nn._blocks import block_backward, flat_param_shapes, init_flat_params, split_params
 from refimpl.nn.layernorm import LayerNorm, LayerNormCache
 from refimpl.nn.transformer_conv import TransformerConv, TransformerConvCache
 from refimpl.ops.activations import ReLU, SignCache
 from refimpl.ops.dropout import Dropout, DropoutCache, recorded_dropout
 from refimpl.ops.linear import Linear, LinearCache
-from refimpl.validation import check_block_inputs, check_cotangent
+from refimpl.validation import (
+    check_block_inputs,
+    check_cotangent,
+    check_positive_int,
+    check_probability,
+)
 
 __all__ = ["GraphTransformerLayer", "GraphTransformerLayerCache"]
 
@@ -79,11 +83,6 @@ class GraphTransformerLayerCache(NamedTuple):
     norm2: LayerNormCache | None  # F8
     out: Any  # (N, D) the layer's output, kept for the massive-activation diagnostics
     noise: dict[str, Any]  # the keep-masks used, as forward(noise=...) takes them
-
-
-def _probability(owner: str, name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:
-        raise ValueError(f"{owner} {name} must be a probability in [0, 1), got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -105,18 +104,14 @@ class GraphTransformerLayer:
 
     def __post_init__(self) -> None:
         for name in ("channels", "heads"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(
-                    f"GraphTransformerLayer {name} must be a positive int, got {value!r}"
-                )
+            check_positive_int(getattr(self, name), f"GraphTransformerLayer {name}")
         if self.channels % self.heads:
             raise ValueError(
                 f"GraphTransformerLayer channels ({self.channels}) must be divisible by heads "
                 f"({self.heads}): each head is d_k = D / H wide (Eq. 3-5)"
             )
-        _probability("GraphTransformerLayer", "dropout", self.dropout)
-        _probability("GraphTransformerLayer", "attn_dropout", self.attn_dropout)
+        for name in ("dropout", "attn_dropout"):
+            check_probability(getattr(self, name), f"GraphTransformerLayer {name}")
         d, d_ff = self.channels, self.ffn_channels or 2 * self.channels
         blocks: dict[str, Any] = {
             "attention": TransformerConv(  # raises on a bad edge_dim or lipschitz_norm
@@ -228,38 +223,28 @@ class GraphTransformerLayer:
         d_params)`` with edge features (the protocol of ``check_gradients``)."""
         check_cotangent(d_out, cache.out.shape, cache.out.dtype, cache.out, name="d_out")
         blocks, d_params = self.blocks, {}
-        sub = lambda prefix: split_params(blocks, params, prefix)  # noqa: E731
         dropout = Dropout(self.dropout)
-
-        def collect(prefix: str, grads: dict[str, Any]) -> None:
-            d_params.update({f"{prefix}.{name}": grad for name, grad in grads.items()})
 
         # B8 (of F8) LayerNorm; the residual sends the same gradient to z and f
         d_z = d_out
         if cache.norm2 is not None:
-            d_z, grads = blocks["norm2"].backward(sub("norm2"), cache.norm2, d_z)
-            collect("norm2", grads)
+            d_z = block_backward(blocks, params, "norm2", cache.norm2, d_z, d_params)
         # B7 (of F7) dropout
         d_f, _ = dropout.backward({}, cache.dropout2, d_z)
         # B6 (of F6), B5 (of F5) the FFN
-        d_f, grads = blocks["ffn2"].backward(sub("ffn2"), cache.ffn2, d_f)
-        collect("ffn2", grads)
+        d_f = block_backward(blocks, params, "ffn2", cache.ffn2, d_f, d_params)
         d_f, _ = ReLU().backward({}, cache.relu, d_f)
-        d_f, grads = blocks["ffn1"].backward(sub("ffn1"), cache.ffn1, d_f)
-        collect("ffn1", grads)
+        d_f = block_backward(blocks, params, "ffn1", cache.ffn1, d_f, d_params)
         d_z = d_z + d_f
         # B4 (of F4) LayerNorm; the residual again
         d_h = d_z
         if cache.norm1 is not None:
-            d_h, grads = blocks["norm1"].backward(sub("norm1"), cache.norm1, d_h)
-            collect("norm1", grads)
+            d_h = block_backward(blocks, params, "norm1", cache.norm1, d_h, d_params)
         # B3 (of F3), B2 (of F2) dropout and output projection
         d_a, _ = dropout.backward({}, cache.dropout1, d_h)
-        d_a, grads = blocks["output"].backward(sub("output"), cache.output, d_a)
-        collect("output", grads)
+        d_a = block_backward(blocks, params, "output", cache.output, d_a, d_params)
         # B1 (of F1) the attention, whose input also feeds the residual of F4
-        d_inputs, grads = blocks["attention"].backward(sub("attention"), cache.attention, d_a)
-        collect("attention", grads)
+        d_inputs = block_backward(blocks, params, "attention", cache.attention, d_a, d_params)
         if self.edge_dim is None:
             return d_h + d_inputs, {name: d_params[name] for name in params}
         d_x, d_edge_attr = d_inputs

@@ -74,6 +74,7 @@ import numpy as np
 
 from refimpl.backend import asarray, backend_name, get_array_module
 from refimpl.graph import Graph, with_configured_self_loops
+from refimpl.nn._attention_common import project, project_backward
 from refimpl.nn.kernel_attention import KernelizedSoftmax
 from refimpl.nn.random_features import PROJECTION_KINDS, draw_projection
 from refimpl.nn.relational_bias import RelationalBias
@@ -84,6 +85,7 @@ from refimpl.validation import (
     check_input,
     check_like,
     check_nonnegative_number,
+    check_positive_int,
 )
 
 __all__ = ["NodeFormerCache", "NodeFormerConv"]
@@ -133,9 +135,7 @@ class NodeFormerConv:
     def __post_init__(self) -> None:
         names = ("in_channels", "out_channels", "heads", "num_random_features", "num_samples")
         for name in (*names, "rb_order"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"NodeFormerConv {name} must be a positive int, got {value!r}")
+            check_positive_int(getattr(self, name), f"NodeFormerConv {name}")
         check_nonnegative_number(self.tau, "NodeFormerConv tau", allow_zero=False)
         choices = {
             "relational_bias": RELATIONAL_BIAS,
@@ -219,7 +219,7 @@ class NodeFormerConv:
         s = self.qk_factor
 
         # F1 projections (N, in) @ (in, H*C) -> (N, H, C), F2 the qk factor s
-        q, k, v = (self._project(params, name, x).reshape(n, heads, c) for name in "qkv")
+        q, k, v = (project(params, name, x, self.bias).reshape(n, heads, c) for name in "qkv")
         q, k = q * s, k * s
         # F3 per head, kernelised (Gumbel-)softmax with the shared omega (Alg. 1 lines 3-8)
         block = KernelizedSoftmax(self.tau)
@@ -296,11 +296,6 @@ class NodeFormerConv:
         return RelationalBias(self.relational_bias, self.rb_order, self.rb_powers)
 
     # -- pieces shared with the edge loss --------------------------------------------------
-    def _project(self, params: dict[str, Any], name: str, x: Any) -> Any:
-        """``x W^T + b`` for ``name`` in "qkv": (N, in) -> (N, H*C)."""
-        y = x @ params[f"W_{name}"].T
-        return y + params[f"b_{name}"] if self.bias else y
-
     def _project_backward(
         self,
         params: dict[str, Any],
@@ -309,19 +304,10 @@ class NodeFormerConv:
         d_params: dict[str, Any],
         input_grad: bool = True,
     ) -> Any:
-        """Adjoint of :meth:`_project` for each ``d_heads[name]`` (N, H, C); fills
+        """Adjoint of F1's projections for each ``d_heads[name]`` (N, H, C); fills
         ``d_params`` and returns ``d_x`` (N, in), or None without ``input_grad``."""
-        n = x.shape[0]
-        d_x = None
-        for name, d_h in d_heads.items():
-            d_y = d_h.reshape(n, self.heads * self.out_channels)  # (N, H*C)
-            d_params[f"W_{name}"] = d_y.T @ x  # (H*C, N) @ (N, in)
-            if self.bias:
-                d_params[f"b_{name}"] = d_y.sum(axis=0)
-            if input_grad:
-                term = d_y @ params[f"W_{name}"]  # (N, H*C) @ (H*C, in)
-                d_x = term if d_x is None else d_x + term
-        return d_x
+        width = self.heads * self.out_channels
+        return project_backward(params, x, d_heads, d_params, width, self.bias, input_grad)
 
     # -- noise -----------------------------------------------------------------------------
     def _resolve_noise(self, x: Any, training: bool, rng: Any, noise: Any) -> dict[str, Any]:

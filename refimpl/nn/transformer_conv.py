@@ -81,12 +81,13 @@ import numpy as np
 
 from refimpl.backend import asarray, get_array_module
 from refimpl.graph import Graph
-from refimpl.nn._attention_common import positive_int
+from refimpl.nn._attention_common import project, project_backward
 from refimpl.nn.lipschitz_norm import (
     TransformerLipschitzCache,
     transformer_lipschitz_scores,
     transformer_lipschitz_scores_backward,
 )
+from refimpl.ops.activations import sigmoid
 from refimpl.ops.dropout import Dropout
 from refimpl.ops.propagate import propagate, propagate_backward
 from refimpl.ops.segment import gather, segment_softmax, segment_softmax_backward, segment_sum
@@ -95,9 +96,10 @@ from refimpl.validation import (
     check_cotangent,
     check_graph_rows,
     check_optional_input,
+    check_positive_int,
 )
 
-__all__ = ["TransformerConv", "TransformerConvCache", "TransformerLipschitzCache"]
+__all__ = ["TransformerConv", "TransformerConvCache"]
 
 LIPSCHITZ_NORMS = (None, "paper")
 
@@ -138,9 +140,9 @@ class TransformerConv:
 
     def __post_init__(self) -> None:
         for name in ("in_channels", "out_channels", "heads"):
-            positive_int("TransformerConv", name, getattr(self, name))
+            check_positive_int(getattr(self, name), f"TransformerConv {name}")
         if self.edge_dim is not None:
-            positive_int("TransformerConv", "edge_dim", self.edge_dim)
+            check_positive_int(self.edge_dim, "TransformerConv edge_dim")
         if isinstance(self.dropout, bool) or not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
         if self.lipschitz_norm not in LIPSCHITZ_NORMS:
@@ -236,7 +238,7 @@ class TransformerConv:
 
         # F1 node queries, keys, values (N, H, C) (supplement Eq. 3-5, with PyG's biases)
         q, k, val = (
-            self._project(params, name, x).reshape(n, heads, channels) for name in ("q", "k", "v")
+            project(params, name, x, self.bias).reshape(n, heads, channels) for name in "qkv"
         )
         # F2 edge features ef = W_e e_uv (E, H, C) (supplement Eq. 12-13: one W_e for both)
         edge_features = None
@@ -274,11 +276,11 @@ class TransformerConv:
         out, skip, gate = messages, None, None
         if self.root_weight:
             # F10 root weight x_r = W_skip x_v + b_skip (N, F)
-            skip = self._project(params, "skip", x)
+            skip = project(params, "skip", x, self.bias)
             if self.beta:
                 # F11 gate b = sigmoid(w_beta . [m, x_r, m - x_r]) (N, 1), out = b x_r + (1-b) m
                 stacked = xp.concatenate([messages, skip, messages - skip], axis=1)  # (N, 3F)
-                gate = _sigmoid(stacked @ params["w_beta"].T)  # (N, 1)
+                gate = sigmoid(stacked @ params["w_beta"].T)  # (N, 1)
                 out = gate * skip + (1 - gate) * messages
             else:
                 # F11 out = m + x_r
@@ -376,29 +378,28 @@ class TransformerConv:
                 cache.lipschitz, d_scores, cache.q, k_edges, val_edges, dst
             )
             d_val = d_val + segment_sum(d_val_edges, src)
-            d_edge_features = _accumulate(d_edge_features, d_val_edges)
+            if cache.edge_features is not None:  # val_uv = val_u + ef_uv
+                d_edge_features = _accumulate(d_edge_features, d_val_edges)
         # B4 (of F4) raw = q_v . k_uv (E, H, C)
         d_q_edges = d_raw[..., None] * k_edges
         d_k_edges = _accumulate(d_k_edges, d_raw[..., None] * q_edges)
         # B3 (of F3) the gathers' adjoints (N, H, C); k_uv = k_u + ef_uv
         d_q = _accumulate(d_q, segment_sum(d_q_edges, dst))
         d_k = segment_sum(d_k_edges, src)
-        d_edge_features = _accumulate(d_edge_features, d_k_edges)
+        if cache.edge_features is not None:
+            d_edge_features = _accumulate(d_edge_features, d_k_edges)
         d_edge_attr = None
         if self.edge_dim is not None:
             # B2 (of F2) ef = e W_e^T
             d_ef = d_edge_features.reshape(-1, heads * channels)  # (E, H*C)
             d_params["W_e"] = d_ef.T @ cache.edge_attr  # (H*C, edge_dim)
             d_edge_attr = d_ef @ params["W_e"]  # (E, edge_dim)
-        # B1 (of F1) the three projections; x receives all of them (and the root weight's)
+        # B1 (of F1) the three projections; x receives all of them (after the root weight's)
         d_x = d_skip @ params["W_skip"] if input_grad and d_skip is not None else None
-        for name, d_node in (("q", d_q), ("k", d_k), ("v", d_val)):
-            d_flat = d_node.reshape(n, heads * channels)  # (N, H*C)
-            d_params[f"W_{name}"] = d_flat.T @ x  # (H*C, in)
-            if self.bias:
-                d_params[f"b_{name}"] = d_flat.sum(axis=0)
-            if input_grad:
-                d_x = _accumulate(d_x, d_flat @ params[f"W_{name}"])
+        d_heads = {"q": d_q, "k": d_k, "v": d_val}  # (N, H, C) each
+        d_x = project_backward(
+            params, x, d_heads, d_params, heads * channels, self.bias, input_grad, d_x
+        )
         d_params = {name: d_params[name] for name in params}
         if self.edge_dim is None:
             return d_x, d_params
@@ -427,11 +428,6 @@ class TransformerConv:
         return terms / gather(cache.lipschitz.denominator, dst)[..., None]
 
     # -- helpers -------------------------------------------------------------------------
-    def _project(self, params: dict[str, Any], name: str, x: Any) -> Any:
-        """``x W^T + b`` for ``name`` in q, k, v, skip: (N, in) -> (N, out)."""
-        out = x @ params[f"W_{name}"].T
-        return out + params[f"b_{name}"] if self.bias else out
-
     def _check_inputs(self, params: dict[str, Any], x: Any, graph: Graph, edge_attr: Any) -> None:
         check_block_inputs(params, self.param_shapes(), "TransformerConv", x, self.in_channels)
         check_graph_rows(x, graph)
@@ -449,10 +445,3 @@ def _with_edge_term(node_part: Any, edge_features: Any) -> Any:
 def _accumulate(total: Any, term: Any) -> Any:
     """``total + term``, with ``None`` as an empty total."""
     return term if total is None else total + term
-
-
-def _sigmoid(z: Any) -> Any:
-    """``1 / (1 + exp(-z))`` without overflow: ``exp(-|z|)`` never exceeds 1."""
-    xp = get_array_module(z)
-    e = xp.exp(-xp.abs(z))
-    return xp.where(z >= 0, 1 / (1 + e), e / (1 + e))

@@ -14,6 +14,10 @@ Identity       1                          1
 
 ``-0.0`` counts as 0 (it is not ``> 0``). Parameter-free: ``params`` is ignored
 (pass ``{}``) and ``d_params`` is ``{}``.
+
+Plain functions for layers that call them on values they have already validated:
+``leaky_relu`` and its backward, ``select_by_mask`` and ``sigmoid`` (overflow-free;
+its derivative ``s (1 - s)`` is written where it is used).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ __all__ = [
     "leaky_relu",
     "leaky_relu_backward",
     "select_by_mask",
+    "sigmoid",
 ]
 
 
@@ -210,6 +215,13 @@ def select_by_mask(positive: Any, if_positive: Any, otherwise: Any, dtype: Any) 
     factor = xp.multiply(positive, if_positive - otherwise, dtype=dtype)
     factor += otherwise
     return factor
+
+
+def sigmoid(z: Any) -> Any:
+    """``1 / (1 + exp(-z))`` without overflow: ``exp(-|z|)`` never exceeds 1."""
+    xp = get_array_module(z)
+    e = xp.exp(-xp.abs(z))
+    return xp.where(z >= 0, 1 / (1 + e), e / (1 + e))
 
 
 def _check_real(name: str, value: Any) -> None:
