@@ -26,11 +26,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # scripts/: shared helpers
-from peak_memory import reset_peak_rss, status_mb
+from bench_common import ChildFailed, median_seconds, reset_peak_rss, run_child, status_mb
 
 CONFIGS = {
     "a": "2-layer GAT v1, 8 heads x 8, ELU, dropout 0.6",
@@ -58,22 +57,9 @@ def _load_cora():
     return x, graph, rng.integers(0, 7, 2708), train, "random graph of Cora's size"
 
 
-def _time(step, steps: int, sync=lambda: None) -> float:
+def _time(step, steps: int, sync=None) -> float:
     """Median milliseconds of ``step`` after 3 warm-up steps; ``sync`` waits for a device."""
-    import statistics
-    import time
-
-    for _ in range(3):
-        step()
-    sync()
-    times = []
-    for _ in range(steps):
-        sync()
-        start = time.perf_counter()
-        step()
-        sync()
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
+    return 1e3 * median_seconds(step, steps, warmup=3, sync=sync)
 
 
 def ours_model(config: str, in_channels: int, out_channels: int = 7, num_layers: int = 10):
@@ -168,22 +154,14 @@ def run_pyg(config: str, steps: int) -> dict:
 
 
 def _child(which: str, config: str, steps: int, threads: int) -> dict | None:
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": str(threads),
-        "OPENBLAS_NUM_THREADS": str(threads),
-        "MKL_NUM_THREADS": str(threads),
-    }
-    code = (
-        f"import json, sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); "
-        f"import bench_gat as b; print(json.dumps(b.run_{which}({config!r}, {steps})))"
-    )
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        if which == "pyg" and "No module named" in done.stderr:
+    """``run_<which>`` in a fresh interpreter with ``threads`` threads; None for PyG where
+    torch or torch_geometric is not installed."""
+    try:
+        return run_child("bench_gat", f"run_{which}", (config, steps), threads, f"{which} {config}")
+    except ChildFailed as err:
+        if which == "pyg" and "No module named" in err.stderr:
             return None
-        raise RuntimeError(f"{which} {config} failed:\n{done.stderr}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+        raise
 
 
 def _rounds(config: str, args: argparse.Namespace) -> tuple[list[dict], list[dict]]:

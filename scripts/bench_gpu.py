@@ -5,12 +5,15 @@ Cases (issue 9):
     gat-a          2-layer GAT v1, 8 heads x 8, ELU, dropout 0.6: bench_gat.py's configuration a
     gat-b          10-layer GATv2, width 64, 1 head, shared W: bench_gat.py's configuration b
     gatv2-large    2-layer GATv2, width 64, 1 head, on a random graph, N = 1e6, E = 1e7
-    nodeformer-1e6 one NodeFormerConv step (forward + backward; d = 64, m = 30, K = 10,
-    nodeformer-1e7 one head, sigmoid relational bias, average degree 10), N = 1e6 and 1e7
+    nodeformer-1e6 one NodeFormerConv step (forward + backward), bench_nodeformer.py's layer
+    nodeformer-1e7 and graph (d = 64, m = 30, K = 10, one head, sigmoid relational bias,
+                   average degree 10), N = 1e6 and 1e7
 
 A GAT step is forward, cross-entropy, backward and Adam, as in ``bench_gat.py``. Our
 dropout masks and Gumbel noise are drawn on the device (``cupy.random``): a host
-generator would add one transfer per draw (README, Backends). Times are medians over
+generator would add one transfer per draw (README, Backends). The NodeFormer projection
+``omega`` (m x d, tiny) is drawn by the layer itself, on the host as in training, with
+its configured kind (orthogonal by default). Times are medians over
 ``--steps`` steps after 3 warm-up steps, with the device synchronised before and after
 each step. Goals: ours <= PyG for the GAT cases; NodeFormer at N = 1e7 under 1 s.
 
@@ -30,6 +33,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # scripts/: shared helpers
 from bench_gat import _load_cora, _time, ours_model, ours_step, pyg_step
+from bench_nodeformer import CHANNELS, DEGREE, nodeformer_layer
 
 CASES = {
     "gat-a": "2-layer GAT v1, 8 heads x 8, ELU, dropout 0.6 (Cora)",
@@ -111,26 +115,26 @@ def run_ours_nodeformer(n: int, backend: str, steps: int) -> float:
 
     from refimpl import Graph
     from refimpl.backend import asarray, get_array_module
-    from refimpl.nn.nodeformer import NodeFormerConv
-    from refimpl.nn.random_features import draw_projection
 
-    layer = NodeFormerConv(64, 64, heads=1, num_random_features=30, tau=0.25, num_samples=10,
-                           relational_bias="sigmoid", rb_order=1)  # fmt: skip
+    layer = nodeformer_layer()
     rng = np.random.default_rng(0)
     params = layer.init_params(rng, backend=backend, dtype=np.float32)
-    x = asarray(rng.standard_normal((n, 64)).astype(np.float32), backend=backend)
-    d_out = asarray(rng.standard_normal((n, 64)).astype(np.float32), backend=backend)
-    graph = Graph(rng.integers(0, n, (2, 10 * n)), n).to_backend(backend)
+    x = asarray(rng.standard_normal((n, CHANNELS)).astype(np.float32), backend=backend)
+    d_out = asarray(rng.standard_normal((n, CHANNELS)).astype(np.float32), backend=backend)
+    graph = Graph(rng.integers(0, n, (2, DEGREE * n)), n).to_backend(backend)
     device = _device_rng(backend, 1)
     xp = get_array_module(x)
     tiny = np.finfo(np.float32).tiny
+    gumbel_shape = (n, layer.heads, layer.num_samples)  # (N, H, K)
 
     def step() -> None:
-        # Gumbel noise on the device, as NodeFormerConv draws it: -log(-log(u)), u > 0
-        uniform = xp.maximum(device.random((n, 1, 10), dtype=np.float32), tiny)
-        omega = draw_projection(rng, 30, 64).astype(np.float32)  # (m, d): QR on the host
-        noise = {"projection": asarray(omega, backend=backend), "gumbel": -xp.log(-xp.log(uniform))}
-        _, cache = layer.forward(params, x, graph, training=True, noise=noise)
+        # The layer's Gumbel formula g = -log(-log(U)), drawn here on the device: float32
+        # U floored at float32's smallest normal (the layer floors float64 U at 2^-1074), so
+        # g stays finite. The projection omega (m, d) is not given: the layer draws it from
+        # rng with its configured kind, as it does in training.
+        uniform = xp.maximum(device.random(gumbel_shape, dtype=np.float32), tiny)
+        noise = {"gumbel": -xp.log(-xp.log(uniform))}  # (N, H, K)
+        _, cache = layer.forward(params, x, graph, training=True, rng=rng, noise=noise)
         layer.backward(params, cache, d_out)
 
     return _time(step, steps, lambda: _sync(backend))

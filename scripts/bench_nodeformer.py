@@ -40,11 +40,14 @@ import argparse
 import json
 import math
 import os
-import subprocess
 import sys
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # scripts/: shared helpers
-from peak_memory import reset_peak_rss, status_mb
+from bench_common import median_seconds, reset_peak_rss, run_child, status_mb
+
+if TYPE_CHECKING:
+    from refimpl.nn.nodeformer import NodeFormerConv
 
 CHANNELS = 64  # d: in and out channels
 FEATURES = 30  # m = num_random_features
@@ -70,29 +73,11 @@ def exact_estimate_bytes(n: int, itemsize: int) -> float:
     return float(n) * n * itemsize * EXACT_ARRAYS
 
 
-def _time(step, repeats: int) -> float:
-    """Median seconds of ``repeats`` calls of ``step`` after one warm-up call."""
-    import statistics
-    import time
-
-    step()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def run_ours(n: int, dtype: str, repeats: int) -> dict:
-    """Time and peak memory of NodeFormerConv's forward + backward (in this process)."""
-    import numpy as np
-
-    from refimpl.graph import Graph
+def nodeformer_layer() -> NodeFormerConv:
+    """The benchmarked ``NodeFormerConv`` (module docstring; also ``bench_gpu.py``'s)."""
     from refimpl.nn.nodeformer import NodeFormerConv
 
-    rng = np.random.default_rng(0)
-    layer = NodeFormerConv(
+    return NodeFormerConv(
         CHANNELS,
         CHANNELS,
         heads=1,
@@ -103,6 +88,16 @@ def run_ours(n: int, dtype: str, repeats: int) -> dict:
         relational_bias="sigmoid",
         rb_order=1,
     )
+
+
+def run_ours(n: int, dtype: str, repeats: int) -> dict:
+    """Time and peak memory of NodeFormerConv's forward + backward (in this process)."""
+    import numpy as np
+
+    from refimpl.graph import Graph
+
+    rng = np.random.default_rng(0)
+    layer = nodeformer_layer()
     params = layer.init_params(rng, dtype=np.dtype(dtype))
     x = rng.standard_normal((n, CHANNELS)).astype(dtype)
     graph = Graph(rng.integers(0, n, (2, DEGREE * n)), n)
@@ -113,7 +108,7 @@ def run_ours(n: int, dtype: str, repeats: int) -> dict:
         _, cache = layer.forward(params, x, graph, training=True, rng=rng)
         layer.backward(params, cache, d_out, input_grad=True)
 
-    seconds = _time(step, repeats)
+    seconds = median_seconds(step, repeats, warmup=1)
     return {"s": seconds, "peak_mb": status_mb("VmHWM") - baseline}
 
 
@@ -133,28 +128,14 @@ def run_exact(n: int, dtype: str, repeats: int) -> dict:
         _, cache = block.forward({}, q, k, v, gumbel)
         block.backward({}, cache, d_z)
 
-    seconds = _time(step, repeats)
+    seconds = median_seconds(step, repeats, warmup=1)
     return {"s": seconds, "peak_mb": status_mb("VmHWM") - baseline}
 
 
 def _child(which: str, n: int, dtype: str, threads: int) -> dict:
     """``run_<which>`` in a fresh interpreter with ``threads`` BLAS/OpenMP threads."""
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": str(threads),
-        "OPENBLAS_NUM_THREADS": str(threads),
-        "MKL_NUM_THREADS": str(threads),
-    }
-    here = os.path.dirname(os.path.abspath(__file__))
-    paths = [here, os.path.dirname(here)]  # this script, and refimpl from the repository root
-    code = (
-        f"import json, sys; sys.path[:0] = {paths!r}; import bench_nodeformer as b; "
-        f"print(json.dumps(b.run_{which}({n}, {dtype!r}, {repeats_for(n, which)})))"
-    )
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"{which} at N = {n} failed:\n{done.stderr}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    args = (n, dtype, repeats_for(n, which))
+    return run_child("bench_nodeformer", f"run_{which}", args, threads, f"{which} at N = {n}")
 
 
 def loglog_slope(records: list[dict], key: str) -> tuple[float | None, list[int]]:

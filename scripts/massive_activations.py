@@ -158,8 +158,13 @@ def main(argv: list[str] | None = None) -> dict:
         ],
     }
     (args.out / "comparison.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
-    path = plot_ratio_distributions(
-        base, trained, args.out / "massive_activations.png", columns=4, dpi=args.dpi
+    path = plot_ratio_distributions(  # the fits of records, not fitted again
+        base,
+        trained,
+        args.out / "massive_activations.png",
+        records=records,
+        columns=4,
+        dpi=args.dpi,
     )
     print(f"wrote {args.out / 'comparison.json'} and {path}")
     return summary

@@ -17,13 +17,14 @@ them per array and per layer:
   the same positions, so ``ks_increase`` compares like with like;
 - :func:`format_comparison`: a fixed-width text table of those records;
 - :func:`plot_ratio_distributions`: per layer, histograms of ``t`` with the
-  fitted gamma densities (needs matplotlib).
+  fitted gamma densities (needs matplotlib); given ``records=`` (the
+  comparison's result) it draws their fits instead of fitting again.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -165,11 +166,37 @@ def format_comparison(records: list[LayerComparison]) -> str:
 # -- plot --------------------------------------------------------------------------------------
 
 
+def _fits_by_layer(records: Any, layers: list[str]) -> dict[str, LayerComparison]:
+    """``records`` (one :class:`LayerComparison` per layer of ``layers``) keyed by layer."""
+    if isinstance(records, (str, Mapping)) or not isinstance(records, Sequence):
+        raise TypeError(
+            "records must be the list of LayerComparison that compare_base_trained returns, "
+            f"got {type(records).__name__}"
+        )
+    for record in records:
+        if not isinstance(record, LayerComparison):
+            raise TypeError(
+                f"records must hold LayerComparison (from compare_base_trained), "
+                f"got a {type(record).__name__}"
+            )
+    by_layer = {record.layer: record for record in records}
+    if len(by_layer) != len(records):
+        raise ValueError("records name a layer more than once; pass one record per layer")
+    check_keys(
+        by_layer,
+        layers,
+        "records' layers differ from base's",
+        "pass compare_base_trained(base, trained, ...) of the same layers",
+    )
+    return by_layer
+
+
 def plot_ratio_distributions(
     base: Mapping[str, Any],
     trained: Mapping[str, Any],
     path: str | Path,
     *,
+    records: Sequence[LayerComparison] | None = None,
     median: str = "midpoint",
     eps: float = DEFAULT_EPS,
     max_samples: int | None = DEFAULT_MAX_SAMPLES,
@@ -183,7 +210,11 @@ def plot_ratio_distributions(
 
     One axes per layer on a grid of ``columns`` columns, with a dashed line at
     ``t = -log10(threshold)`` (MAs lie left of it); the samples and fits are
-    those of :func:`compare_base_trained` with the same options. The format
+    those of :func:`compare_base_trained` with the same options. ``records``, that
+    function's result for these ``base`` and ``trained`` with these options, saves
+    refitting: the gamma parameters and ``D_n`` drawn are then the records' and only
+    the samples ``t`` are recomputed, for the histograms (a record whose sample size
+    differs from them was made with other options: ValueError). The format
     follows ``path``'s suffix (``.png``, ``.svg``, ``.pdf``; ``dpi`` sets a raster's
     resolution). Drawn on an Agg
     canvas without pyplot, so the caller's matplotlib backend and open figures
@@ -201,6 +232,7 @@ def plot_ratio_distributions(
 
     layers = _check_layers(base, trained)
     threshold = _check_threshold(threshold)
+    fits = None if records is None else _fits_by_layer(records, layers)
     columns = min(columns, len(layers))
     rows = math.ceil(len(layers) / columns)
     figure = Figure(figsize=(4.5 * columns, 3.4 * rows))
@@ -212,7 +244,17 @@ def plot_ratio_distributions(
         samples = {}
         for label, arrays in (("base", base), ("trained", trained)):
             t = log_ratios(arrays[layer], median, eps, max_samples, seed).values
-            samples[label] = (t, gamma_ks_test(t))
+            if fits is None:
+                fit = gamma_ks_test(t)
+            else:
+                fit = getattr(fits[layer], label)._asdict()
+                if fit["num_samples"] != t.size:
+                    raise ValueError(
+                        f"records[{layer!r}].{label} was fitted to {fit['num_samples']} values "
+                        f"but here {t.size} are drawn: pass records made by "
+                        "compare_base_trained with the same median, eps, max_samples and seed"
+                    )
+            samples[label] = (t, fit)
         edges = np.histogram_bin_edges(np.concatenate([t for t, _ in samples.values()]), bins)
         grid_t = np.linspace(edges[0], edges[-1], 400)
         for (label, (t, fit)), colour in zip(samples.items(), ("C0", "C3"), strict=True):

@@ -16,7 +16,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_gat.py"
 
 @pytest.fixture()
 def bench(monkeypatch):
-    monkeypatch.syspath_prepend(str(SCRIPT.parent))  # its own imports (peak_memory)
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))  # its own imports (bench_common)
     spec = importlib.util.spec_from_file_location("bench_gat_under_test", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

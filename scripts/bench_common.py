@@ -1,0 +1,113 @@
+"""Helpers shared by the benchmark scripts: timing, child processes, peak memory (Linux).
+
+- :func:`median_seconds`: the median wall time of a step after warm-up steps, with an
+  optional ``sync`` (wait for a device) before and after each timed step.
+- :func:`thread_env` and :func:`run_child`: run ``module.function(*args)`` of
+  ``scripts/`` in a fresh interpreter with ``threads`` BLAS/OpenMP threads (so its
+  peak memory and thread count are its own); the child prints its JSON result as the
+  last line of its stdout. A child that fails raises :class:`ChildFailed`, which
+  keeps the child's stderr.
+- :func:`reset_peak_rss` clears the kernel's peak mark through ``/proc/self/clear_refs``
+  and returns the current resident size; ``status_mb("VmHWM")`` afterwards is the
+  peak since the reset, so ``status_mb("VmHWM") - baseline`` is what a step added.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+SCRIPTS = os.path.dirname(os.path.abspath(__file__))
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+# -- timing ------------------------------------------------------------------------------------
+
+
+def median_seconds(
+    step: Callable[[], object],
+    repeats: int,
+    warmup: int = 1,
+    sync: Callable[[], object] | None = None,
+) -> float:
+    """Median seconds of ``repeats`` calls of ``step`` after ``warmup`` untimed calls.
+
+    ``sync`` (e.g. a device synchronisation) runs once after the warm-up and before and
+    after each timed call, inside the timed span only after the call.
+    """
+    for _ in range(warmup):
+        step()
+    if sync is not None:
+        sync()
+    times = []
+    for _ in range(repeats):
+        if sync is not None:
+            sync()
+        start = time.perf_counter()
+        step()
+        if sync is not None:
+            sync()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+# -- child processes ---------------------------------------------------------------------------
+
+
+class ChildFailed(RuntimeError):
+    """A benchmark child exited with an error; ``stderr`` is what it wrote there."""
+
+    def __init__(self, what: str, stderr: str) -> None:
+        super().__init__(f"{what} failed:\n{stderr}")
+        self.stderr = stderr
+
+
+def thread_env(threads: int) -> dict[str, str]:
+    """This process's environment with ``OMP_NUM_THREADS`` and friends set to ``threads``."""
+    return {**os.environ, **dict.fromkeys(THREAD_VARIABLES, str(threads))}
+
+
+def run_child(module: str, function: str, args: tuple, threads: int, what: str) -> Any:
+    """``module.function(*args)`` in a fresh interpreter with ``threads`` threads; its result.
+
+    ``module`` is a script of ``scripts/``; the child finds it and ``refimpl`` (from the
+    repository root) first on its path. ``args`` must be literals whose ``repr`` reads
+    back (ints, floats, strings). The result is the JSON the child prints as its last
+    stdout line. A non-zero exit raises :class:`ChildFailed` with the message
+    ``"{what} failed:"`` and the child's stderr.
+    """
+    paths = [SCRIPTS, os.path.dirname(SCRIPTS)]
+    code = (
+        f"import json, sys; sys.path[:0] = {paths!r}; import {module} as b; "
+        f"print(json.dumps(b.{function}(*{tuple(args)!r})))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=thread_env(threads), capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise ChildFailed(what, done.stderr)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# -- peak memory -------------------------------------------------------------------------------
+
+
+def reset_peak_rss() -> float:
+    """Reset the kernel's peak-RSS mark (Linux ``clear_refs``); return the current RSS in MB."""
+    with open("/proc/self/clear_refs", "w") as stream:
+        stream.write("5")
+    return status_mb("VmRSS")
+
+
+def status_mb(field: str) -> float:
+    """A ``/proc/self/status`` memory field (``VmRSS``, ``VmHWM``, ...) in MB."""
+    with open("/proc/self/status") as stream:
+        for line in stream:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"{field} not in /proc/self/status")
