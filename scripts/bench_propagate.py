@@ -24,7 +24,7 @@ from functools import partial
 import numpy as np
 
 from refimpl import Graph
-from refimpl.ops.propagate import _head_matrices, propagate, propagate_backward
+from refimpl.ops.propagate import head_matrices, propagate, propagate_backward
 from refimpl.ops.segment import gather, segment_sum
 
 SHAPES = [(8, 8), (1, 64), (8, 64)]  # (H, C)
@@ -57,7 +57,7 @@ def sparse_backward(
 ) -> tuple[np.ndarray, np.ndarray]:
     d_messages = gather(d_out, dst)  # (E, H, C), needed for d_w either way
     d_w = np.einsum("ehc,ehc->eh", d_messages, gather(h, src))
-    transposed = _head_matrices(w, src, dst)  # A_h^T per head
+    transposed = head_matrices(w, src, dst)  # A_h^T per head
     return np.stack([a @ d_out[:, k, :] for k, a in enumerate(transposed)], axis=1), d_w
 
 

@@ -60,7 +60,9 @@ def positive_int(owner: str, name: str, value: Any) -> None:
 def project(params: dict[str, Any], name: str, x: Any, bias: bool) -> Any:
     """``x W_{name}^T (+ b_{name} with bias)``: (N, in) -> (N, out)."""
     y = x @ params[f"W_{name}"].T
-    return y + params[f"b_{name}"] if bias else y
+    if bias:
+        y += params[f"b_{name}"]  # in place: y is new (a second (N, out) array costs a pass)
+    return y
 
 
 def project_backward(
@@ -79,7 +81,7 @@ def project_backward(
     ``d_x (N, in)``: the given ``d_x`` (None: nothing yet) plus, with ``input_grad``, each
     projection's term, added in the order of ``d_heads`` (the order fixes the rounding).
     """
-    n = x.shape[0]
+    n, owned = x.shape[0], False
     for name, d_head in d_heads.items():
         d_y = d_head.reshape(n, width)  # (N, out)
         d_params[f"W_{name}"] = d_y.T @ x  # (out, N) @ (N, in)
@@ -87,7 +89,12 @@ def project_backward(
             d_params[f"b_{name}"] = d_y.sum(axis=0)
         if input_grad:
             term = d_y @ params[f"W_{name}"]  # (N, out) @ (out, in)
-            d_x = term if d_x is None else d_x + term
+            if d_x is None:
+                d_x, owned = term, True
+            elif owned:
+                d_x += term  # in place into an array made here
+            else:
+                d_x, owned = d_x + term, True  # the caller's d_x is not written to
     return d_x
 
 

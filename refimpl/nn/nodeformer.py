@@ -107,7 +107,7 @@ class NodeFormerCache(NamedTuple):
     k: Any  # (N, H, C) s (W_k x + b_k)
     v: Any  # (N, H, C) W_v x + b_v
     attention: tuple  # per head, its KernelizedSoftmaxCache
-    operators: tuple  # (graph, edge weights (E, 1)) per relational-bias operator; () without
+    operators: tuple  # relational_bias.Operator per order; () without relational bias
     bias_terms: tuple  # per order j, A_j V (N, H, C); () without relational bias
     heads: Any  # (N, H*C) concatenated heads, the input of W_o
     noise: dict  # the draws used: "projection" (m, C); "gumbel" (N, H, K) if drawn
@@ -220,17 +220,20 @@ class NodeFormerConv:
 
         # F1 projections (N, in) @ (in, H*C) -> (N, H, C), F2 the qk factor s
         q, k, v = (project(params, name, x, self.bias).reshape(n, heads, c) for name in "qkv")
-        q, k = q * s, k * s
-        # F3 per head, kernelised (Gumbel-)softmax with the shared omega (Alg. 1 lines 3-8)
+        if s != 1.0:
+            q *= s  # in place: the projections are new arrays
+            k *= s
+        # F3 per head, kernelised (Gumbel-)softmax with the shared omega (Alg. 1 lines 3-8);
+        #    q, k, v were made here from checked x and params: the block skips its checks
         block = KernelizedSoftmax(self.tau)
         gumbel = used.get("gumbel")
         outputs, attention = [], []
         for h in range(heads):
             g = None if gumbel is None else gumbel[:, h, :]  # (N, K)
-            z_h, cache_h = block.forward({}, q[:, h], k[:, h], v[:, h], used["projection"], g)
+            z_h, cache_h = block._forward(q[:, h], k[:, h], v[:, h], used["projection"], g)
             outputs.append(z_h)
             attention.append(cache_h)
-        z = xp.stack(outputs, axis=1)  # (N, H, C)
+        z = _stack_heads(outputs)  # (N, H, C)
         # F4 relational bias: z_h += sum_j f(b_rel[j-1, h]) A_j v_h (Eq. 8, Alg. 1 line 9)
         operators, terms = (), ()
         if self.relational_bias is not None:
@@ -238,12 +241,12 @@ class NodeFormerConv:
             terms = self._relational.terms(operators, v)
             f = self._relational.gate(params["b_rel"])  # (r, H)
             for j, term in enumerate(terms):
-                z = z + f[j][None, :, None] * term  # (1, H, 1) * (N, H, C)
+                z += f[j][None, :, None] * term  # (1, H, 1) * (N, H, C), into z made above
         # F5 concatenate heads (N, H*C), F6 output map (N, H*C) @ (H*C, C) -> (N, C)
         concat = z.reshape(n, heads * c)
         out = concat @ params["W_o"].T
         if self.bias:
-            out = out + params["b_o"]
+            out += params["b_o"]
         cache = NodeFormerCache(x, graph, q, k, v, tuple(attention), operators, terms, concat, used)
         return out, cache
 
@@ -267,24 +270,23 @@ class NodeFormerConv:
         d_params["W_o"] = d_out.T @ cache.heads  # (C, N) @ (N, H*C)
         # B5 (of F5) heads back apart (N, H, C)
         d_z = (d_out @ params["W_o"]).reshape(n, heads, c)
-        # B4 (of F4) relational bias: the gate and the values
-        d_v = xp.zeros_like(cache.v)
+        # B3 (of F3) per head, the attention
+        block = KernelizedSoftmax(self.tau)
+        grads = [block.backward({}, cache.attention[h], d_z[:, h])[0] for h in range(heads)]
+        d_q, d_k, d_v = (_stack_heads([g[i] for g in grads]) for i in range(3))  # (N, H, C)
+        # B4 (of F4) relational bias: the gate, and the values' second path (added to d_v,
+        #    made above)
         if self.relational_bias is not None:
             b_rel = params["b_rel"]
             f = self._relational.gate(b_rel)  # (r, H)
             d_f = xp.stack([xp.einsum("nhc,nhc->h", d_z, t) for t in cache.bias_terms])  # (r, H)
             d_params["b_rel"] = self._relational.gate_backward(f, d_f)
-            d_v = d_v + self._relational.terms_backward(cache.operators, f, d_z)
-        # B3 (of F3) per head, the attention
-        d_q, d_k = xp.zeros_like(cache.q), xp.zeros_like(cache.k)
-        block = KernelizedSoftmax(self.tau)
-        for h in range(heads):
-            (d_q_h, d_k_h, d_v_h), _ = block.backward({}, cache.attention[h], d_z[:, h])
-            d_q[:, h], d_k[:, h] = d_q_h, d_k_h
-            d_v[:, h] += d_v_h
-        # B2 (of F2) the qk factor
+            d_v += self._relational.terms_backward(cache.operators, f, d_z)
+        # B2 (of F2) the qk factor, in place on d_q, d_k made above
         s = self.qk_factor
-        d_q, d_k = d_q * s, d_k * s
+        if s != 1.0:
+            d_q *= s
+            d_k *= s
         # B1 (of F1) projections
         d_heads = {"q": d_q, "k": d_k, "v": d_v}
         d_x = self._project_backward(params, x, d_heads, d_params, input_grad)
@@ -342,6 +344,13 @@ class NodeFormerConv:
                 uniform = np.maximum(rng.random(shapes[name]), _TINY)
                 used[name] = asarray(-np.log(-np.log(uniform)), backend=backend, dtype=x.dtype)
         return used
+
+
+def _stack_heads(per_head: list[Any]) -> Any:
+    """``(N, C)`` per head -> ``(N, H, C)``; one head is reshaped, not copied."""
+    if len(per_head) == 1:
+        return per_head[0][:, None, :]
+    return get_array_module(per_head[0]).stack(per_head, axis=1)
 
 
 def _check_noise(noise: Any, x: Any, shapes: dict[str, tuple]) -> dict[str, Any]:

@@ -132,12 +132,16 @@ def draw_projection(rng: np.random.Generator, m: int, d: int, kind: str = "iid")
     return lengths[:, None] * directions
 
 
-def feature_exponent(x: Any, omega: Any) -> Any:
+def feature_exponent(x: Any, omega: Any, transposed: bool = False) -> Any:
     """The exponent of Eq. 4, ``a_i(x_u) = w_i^T x_u - ||x_u||^2 / 2``: ``(..., d) -> (..., m)``
-    (rows ``(N, d)``, or per head ``(N, H, d)``)."""
+    (rows ``(N, d)``, or per head ``(N, H, d)``); ``transposed=True``: ``a^T (m, N)`` of
+    rows ``(N, d)``, computed in that orientation (C-contiguous)."""
     xp = get_array_module(x, omega)
+    squared_norms = xp.sum(x * x, axis=-1, keepdims=not transposed)  # (..., 1) or (N,)
+    if transposed:
+        return omega @ x.T - 0.5 * squared_norms  # (m, d) @ (d, N) -> (m, N), minus (N,)
     # (..., d) @ (d, m) -> (..., m), minus (..., 1)
-    return x @ omega.T - 0.5 * xp.sum(x * x, axis=-1, keepdims=True)
+    return x @ omega.T - 0.5 * squared_norms
 
 
 def positive_random_features(x: Any, omega: Any, shift: Any = 0.0) -> Any:

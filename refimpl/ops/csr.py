@@ -13,31 +13,15 @@ on the thread count.
 from __future__ import annotations
 
 import math
-import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
-__all__ = ["MIN_PARALLEL_WORK", "csr_matmul", "csr_matmul_per_head", "num_threads"]
+from refimpl.ops.parallel import map_blocks, num_threads
+
+__all__ = ["MIN_PARALLEL_WORK", "csr_matmul", "csr_matmul_per_head"]
 
 MIN_PARALLEL_WORK = 1 << 24  # stored entries x dense columns below which one thread runs it
-
-_pools: dict[int, ThreadPoolExecutor] = {}
-if hasattr(os, "register_at_fork"):  # a forked child has no worker threads: start afresh
-    os.register_at_fork(after_in_child=_pools.clear)
-
-
-def num_threads() -> int:
-    """Threads for host kernels: ``REFIMPL_NUM_THREADS``, else ``OMP_NUM_THREADS`` (as the
-    BLAS reads it), else the CPUs this process may run on."""
-    for name in ("REFIMPL_NUM_THREADS", "OMP_NUM_THREADS"):
-        value = os.environ.get(name, "")
-        if value.isdigit() and int(value) > 0:
-            return int(value)
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def csr_matmul(
@@ -45,8 +29,8 @@ def csr_matmul(
 ) -> np.ndarray:
     """``matrix (R, C)`` (``scipy.sparse`` CSR) ``@ dense (C, F)`` -> ``(R, F)``.
 
-    On ``threads`` (default :func:`num_threads`) contiguous blocks of rows with
-    about equal numbers of stored entries, when ``matrix.nnz * F >= min_work``.
+    On ``threads`` (default :func:`~refimpl.ops.parallel.num_threads`) contiguous blocks of
+    rows with about equal numbers of stored entries, when ``matrix.nnz * F >= min_work``.
     """
     import scipy.sparse as sp
 
@@ -70,11 +54,7 @@ def csr_matmul(
         )
         out[first:last] = part @ dense
 
-    pool = _pools.get(threads)
-    if pool is None:
-        pool = _pools[threads] = ThreadPoolExecutor(threads, thread_name_prefix="refimpl-csr")
-    for future in [pool.submit(block, k) for k in range(threads)]:
-        future.result()
+    map_blocks(block, threads, threads)
     return out
 
 

@@ -34,7 +34,7 @@ import numpy as np
 from refimpl.ops.csr import csr_matmul_per_head
 from refimpl.ops.segment import Segments, gather, segment_sum
 
-__all__ = ["propagate", "propagate_backward"]
+__all__ = ["head_matrices", "propagate", "propagate_backward"]
 
 _WIDE_HEAD = 32  # channels per head from which per-head sparse products win in the backward
 
@@ -57,7 +57,7 @@ def _structure(rows: Segments, columns: Segments) -> tuple[Any, Any, Any]:
     return cached
 
 
-def _head_matrices(weights: Any, rows: Segments, columns: Segments) -> list[Any]:
+def head_matrices(weights: Any, rows: Segments, columns: Segments) -> list[Any]:
     """Per head, CSR ``(R, C)`` with entry ``w_e`` at ``(rows.index[e], columns.index[e])``.
 
     ``rows = dst, columns = src`` gives ``A_h`` (forward); ``rows = src,
@@ -93,7 +93,7 @@ def propagate(h: Any, weights: Any, src: Segments, dst: Segments) -> Any:
     (N, H, C) array; targets with no incoming edge get zeros.
     """
     if src._backend == "numpy":
-        matrices = _head_matrices(weights, dst, src)  # A_h, (N, N) per head
+        matrices = head_matrices(weights, dst, src)  # A_h, (N, N) per head
         return csr_matmul_per_head(matrices, h)
     messages = gather(h, src) * weights[..., None]  # F1 (E, H, C)
     return segment_sum(messages, dst)  # F2 (N, H, C)
@@ -113,7 +113,7 @@ def propagate_backward(
     d_weights = xp.einsum("ehc,ehc->eh", d_messages, h_edges)  # B1 (E, H)
     heads, channels = d_out.shape[1:]
     if src._backend == "numpy" and (heads == 1 or channels >= _WIDE_HEAD):
-        transposed = _head_matrices(weights, src, dst)  # A_h^T, (N, N) per head
+        transposed = head_matrices(weights, src, dst)  # A_h^T, (N, N) per head
         d_h = csr_matmul_per_head(transposed, d_out)
     else:
         d_h = segment_sum(d_messages * weights[..., None], src)  # B1 (N, H, C)

@@ -1,10 +1,13 @@
 """All-pair softmax attention of NodeFormer, exact (Eq. 2, 6, 15) and kernelised (Eq. 5, 7, Alg. 1):
-finite differences, the naive loops, the stabiliser, convergence as m grows, the K-sample average,
-N = 1, the tau -> 0 limit (Eq. 16), torch autograd, backends, bad input."""
+finite differences, the naive loops, the stabiliser and its floor, row blocks and threads,
+convergence as m grows, the K-sample average, N = 1, the tau -> 0 limit (Eq. 16), torch autograd,
+backends, bad input."""
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -13,6 +16,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from refimpl.backend import asarray, backend_name, get_array_module, to_numpy
+from refimpl.nn import kernel_attention
 from refimpl.nn.kernel_attention import AllPairSoftmax, KernelizedSoftmax
 from refimpl.nn.random_features import draw_projection
 from refimpl.testing import check_gradients, max_relative_error, relative_errors
@@ -63,6 +67,21 @@ def setups(draw: st.DrawFn) -> tuple:
 SMALLEST = make_setup(0, n=1, d=1, d_v=1, m=1, samples=1)
 
 
+@contextlib.contextmanager
+def row_block(size: int) -> Iterator[None]:
+    """Run the kernelised attention in row blocks of ``size`` (the host default is 1024, so
+    the small N drawn here would otherwise always be one block)."""
+    saved = kernel_attention.ROW_BLOCK
+    kernel_attention.ROW_BLOCK = size
+    try:
+        yield
+    finally:
+        kernel_attention.ROW_BLOCK = saved
+
+
+BLOCK_SIZES = [1, 2, 1024]  # one row per block, a few rows, all rows in one block
+
+
 def gradients(block: object, inputs: tuple, d_z: np.ndarray) -> dict:
     z, cache = block.forward({}, *inputs)
     (d_q, d_k, d_v), d_params = block.backward({}, cache, d_z)
@@ -82,17 +101,23 @@ def test_all_pair_backward_matches_central_differences(setup: tuple, tau: float)
     assert report.max_rel_error <= GRADCHECK_RTOL, report.table()
 
 
-@given(setup=setups(), tau=st.sampled_from(TAUS), stabilize=st.booleans())
-@example(setup=SMALLEST, tau=0.25, stabilize=True)
-@example(setup=make_setup(1, n=6, d=4, d_v=3, m=8, samples=3), tau=0.25, stabilize=True)
+@given(
+    setup=setups(),
+    tau=st.sampled_from(TAUS),
+    stabilize=st.booleans(),
+    rows=st.sampled_from(BLOCK_SIZES),
+)
+@example(setup=SMALLEST, tau=0.25, stabilize=True, rows=1024)
+@example(setup=make_setup(1, n=6, d=4, d_v=3, m=8, samples=3), tau=0.25, stabilize=True, rows=4)
 def test_kernelized_backward_matches_central_differences(
-    setup: tuple, tau: float, stabilize: bool
+    setup: tuple, tau: float, stabilize: bool, rows: int
 ) -> None:
     # The forward recomputes every shift at each perturbed input; the backward holds them.
     q, k, v, omega, gumbel = setup
     block = KernelizedSoftmax(tau, stabilize)
     inputs = (q, k, v, omega, gumbel)
-    report = check_gradients(block, {}, inputs, wrt_inputs=(0, 1, 2), max_entries=None)
+    with row_block(rows):
+        report = check_gradients(block, {}, inputs, wrt_inputs=(0, 1, 2), max_entries=None)
     assert report.max_rel_error <= GRADCHECK_RTOL, report.table()
 
 
@@ -154,12 +179,13 @@ def kernelized_loops(
     return z
 
 
-@given(setup=setups(), tau=st.sampled_from(TAUS))
-def test_forward_matches_the_equations_as_loops(setup: tuple, tau: float) -> None:
+@given(setup=setups(), tau=st.sampled_from(TAUS), rows=st.sampled_from(BLOCK_SIZES))
+def test_forward_matches_the_equations_as_loops(setup: tuple, tau: float, rows: int) -> None:
     q, k, v, omega, gumbel = setup
     z, _ = AllPairSoftmax(tau).forward({}, q, k, v, gumbel)
     assert max_relative_error(z, all_pair_loops(q, k, v, gumbel, tau)) <= RTOL64
-    z, _ = KernelizedSoftmax(tau).forward({}, q, k, v, omega, gumbel)
+    with row_block(rows):
+        z, _ = KernelizedSoftmax(tau).forward({}, q, k, v, omega, gumbel)
     # widened: the loops multiply e^{g/tau} by unshifted features, ours adds exponents first
     assert max_relative_error(z, kernelized_loops(q, k, v, omega, gumbel, tau)) <= 1e2 * RTOL64
 
@@ -229,6 +255,82 @@ def test_exact_scores_overflow_is_a_clear_error() -> None:
     q = np.full((2, 1), 1e200)
     with np.errstate(over="ignore"), pytest.raises(NonFiniteError, match="raise tau"):
         AllPairSoftmax(1e-200).forward({}, q, q, np.ones((2, 1)))
+
+
+# -- the floor: exact zeros, no subnormals ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_features_below_the_floor_are_exact_zeros_and_none_is_subnormal(dtype: type) -> None:
+    # Exponents spread from 0 down past log(tiny): the regime where Gumbel weights at a small
+    # tau used to leave a fifth of the float32 key features subnormal (10-100x slower products).
+    # Everything the floor keeps is within e^cut of exp, everything below the cut is exactly 0.
+    info = np.finfo(dtype)
+    cut = math.log(float(info.tiny)) + 40.0
+    exponent = np.linspace(2.0 * math.log(float(info.tiny)), 0.0, 20_001).astype(dtype)
+    features = kernel_attention._exp_floored(exponent.copy(), kernel_attention._floor(np, dtype))
+    below = exponent < cut
+    assert below.any() and (~below).any()
+    assert np.all(features[below] == 0.0)
+    assert np.all(features[~below] >= info.tiny)  # normal: no subnormal enters a product
+    exact = np.exp(exponent.astype(np.float64))
+    # within e^cut of exp, plus exp's own rounding (a few ulps of the result)
+    slack = math.exp(cut) + 4 * float(info.eps) * (math.exp(cut) + exact)
+    assert np.all(np.abs(features - exact) <= slack)
+
+
+def test_gumbel_keys_at_small_tau_in_float32_keep_no_subnormal() -> None:
+    # The whole block, as the benchmark runs it: tau = 0.25, K = 10, float32.
+    q, k, v, omega, gumbel = make_setup(5, n=3000, d=16, d_v=4, m=30, samples=10, scale=0.3)
+    inputs = [a.astype(np.float32) for a in (q, k, v, omega, gumbel)]
+    _, cache = KernelizedSoftmax(0.25).forward({}, *inputs)
+    floor = kernel_attention._floor(np, np.float32)
+    every_row = slice(0, 3000)
+    keys = kernel_attention.key_features(cache.log_weights, cache.key_exponents, every_row, floor)
+    tiny = np.finfo(np.float32).tiny
+    assert np.mean(keys == 0.0) > 0.01  # the floor was reached, so the check below means something
+    assert np.all((keys == 0.0) | (keys >= tiny))
+
+
+# -- row blocks and threads -----------------------------------------------------------------------
+
+
+@given(
+    seed=seeds(),
+    n=st.integers(1, 40),
+    samples=st.integers(0, 3),
+    rows=st.integers(1, 9),
+    tau=st.sampled_from(TAUS),
+)
+def test_row_blocks_give_the_one_block_result(
+    seed: int, n: int, samples: int, rows: int, tau: float
+) -> None:
+    # Blocks change only the order in which kv, O_s and their gradients are summed.
+    inputs = make_setup(seed, n=n, d=3, d_v=2, m=5, samples=samples)
+    d_z = np.random.default_rng(seed).standard_normal((n, 2))
+    with row_block(n):
+        whole = gradients(KernelizedSoftmax(tau), inputs, d_z)
+    with row_block(rows):
+        blocked = gradients(KernelizedSoftmax(tau), inputs, d_z)
+    assert max(relative_errors(blocked, whole).values()) <= RTOL64
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_results_do_not_depend_on_the_thread_count(monkeypatch, dtype: type) -> None:
+    # Bit for bit: blocks are fixed, each is one thread's, partial sums are added in block
+    # order, and BLAS runs on one thread inside every block (OpenBLAS's rounding depends on
+    # how many threads split a product: with a two-thread BLAS on one block thread, these
+    # outputs differed in the last bits). 2500 rows and width 64: products BLAS would split.
+    q, k, v, omega, gumbel = make_setup(9, n=2500, d=64, d_v=64, m=30, samples=10, scale=0.2)
+    inputs = [a.astype(dtype) for a in (q, k, v, omega, gumbel)]
+    d_z = np.random.default_rng(9).standard_normal(v.shape).astype(dtype)
+    found = {}
+    for threads in ("1", "2", "3"):
+        monkeypatch.setenv("REFIMPL_NUM_THREADS", threads)
+        found[threads] = gradients(KernelizedSoftmax(0.25), inputs, d_z)
+    for threads in ("2", "3"):
+        for name, value in found[threads].items():
+            np.testing.assert_array_equal(value, found["1"][name], err_msg=name)
 
 
 # -- kernelised against exact as m grows ----------------------------------------------------------

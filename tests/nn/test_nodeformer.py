@@ -15,11 +15,12 @@ from hypothesis import strategies as st
 
 from refimpl import Graph
 from refimpl.backend import asarray, backend_name, get_array_module, to_numpy
+from refimpl.nn import kernel_attention
 from refimpl.nn.kernel_attention import AllPairSoftmax
 from refimpl.nn.nodeformer import NodeFormerConv
 from refimpl.nn.nodeformer_edge_loss import NodeFormerEdgeLoss
 from refimpl.nn.random_features import PositiveRandomFeatures, draw_projection
-from refimpl.nn.relational_bias import power_graphs
+from refimpl.nn.relational_bias import Operator, apply_operator, power_graphs
 from refimpl.testing import check_gradients, max_relative_error, relative_errors
 from refimpl.testing.tolerances import FORWARD_RTOL, GRADCHECK_RTOL
 from tests.backends import DEVICE_BACKENDS
@@ -117,6 +118,19 @@ class LayerThenEdgeLoss:
 def test_backward_matches_central_differences(setup: tuple) -> None:
     conv, params, x, graph, kwargs = setup
     report = check_gradients(conv, params, (x, graph), forward_kwargs=kwargs, max_entries=30)
+    assert report.max_rel_error <= GRADCHECK_RTOL, report.table()
+
+
+@given(setup=setups(), rows=st.integers(1, 3))
+def test_backward_in_small_row_blocks_matches_central_differences(setup: tuple, rows: int) -> None:
+    # The attention's host default is 1024 rows per block: the graphs drawn here are one block
+    # unless the blocks are made smaller.
+    conv, params, x, graph, kwargs = setup
+    saved, kernel_attention.ROW_BLOCK = kernel_attention.ROW_BLOCK, rows
+    try:
+        report = check_gradients(conv, params, (x, graph), forward_kwargs=kwargs, max_entries=30)
+    finally:
+        kernel_attention.ROW_BLOCK = saved
     assert report.max_rel_error <= GRADCHECK_RTOL, report.table()
 
 
@@ -435,6 +449,23 @@ def test_rb_powers_agree_at_order_one() -> None:
     out, cache = conv.forward(params, x, graph, rng=rng)
     out_authors, _ = replace(conv, rb_powers="authors").forward(params, x, graph, noise=cache.noise)
     np.testing.assert_array_equal(out_authors, out)
+
+
+@given(seed=seeds(), heads=st.integers(1, 3), transpose=st.booleans())
+def test_host_matrices_give_the_propagated_sums(seed: int, heads: int, transpose: bool) -> None:
+    # The relational bias builds its host CSR matrices once per graph; a device (and an Operator
+    # without them) propagates along the edges: both are A h (or A^T h), bit for bit.
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 8))
+    graph = Graph(rng.integers(0, n, (2, int(rng.integers(0, 20)))), n)
+    conv = NodeFormerConv(2, 3, heads=heads, relational_bias="sigmoid")
+    (operator,) = conv._relational.operators(conv.prepare_graph(graph), np, np.float64)
+    assert len(operator.host) == 2
+    h = rng.standard_normal((n, heads, 3))
+    without = Operator(operator.graph, operator.weights, ())
+    np.testing.assert_array_equal(
+        apply_operator(operator, h, transpose), apply_operator(without, h, transpose)
+    )
 
 
 # -- noise ----------------------------------------------------------------------------------------

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import scipy.sparse as sp
 from hypothesis import given
 from hypothesis import strategies as st
 
-from refimpl.ops.csr import csr_matmul, csr_matmul_per_head, num_threads
+from refimpl.ops.csr import csr_matmul, csr_matmul_per_head
 from tests.strategies import seeds
 
 
@@ -38,18 +37,6 @@ def test_a_boolean_operand_is_read_as_zero_one() -> None:
     mask = np.array([[True, False], [False, False], [True, True]])
     expected = matrix.toarray() @ mask.astype(float)
     np.testing.assert_array_equal(csr_matmul(matrix, mask, threads=2, min_work=0), expected)
-
-
-@pytest.mark.parametrize(
-    ("environment", "expected"),
-    [({"REFIMPL_NUM_THREADS": "3", "OMP_NUM_THREADS": "2"}, 3), ({"OMP_NUM_THREADS": "2"}, 2)],
-)
-def test_thread_count_comes_from_the_environment(monkeypatch, environment, expected) -> None:
-    for name in ("REFIMPL_NUM_THREADS", "OMP_NUM_THREADS"):
-        monkeypatch.delenv(name, raising=False)
-    for name, value in environment.items():
-        monkeypatch.setenv(name, value)
-    assert num_threads() == expected
 
 
 @given(seed=seeds(), heads=st.integers(1, 3), features=st.sampled_from([(), (4,), (2, 3)]))
