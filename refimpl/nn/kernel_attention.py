@@ -257,8 +257,8 @@ class KernelizedSoftmax:
             rows = blocks[j]
             # F1-F2 exponents of Eq. 4 at q / sqrt(tau), k / sqrt(tau) (Eq. 6-7, Alg. 1
             #    line 6)  (m, B)
-            a_q = feature_exponent(q[rows] * scale, omega, transposed=True)
-            a_k = feature_exponent(k[rows] * scale, omega, transposed=True)
+            a_q = feature_exponent(q[rows], omega, scale, transposed=True)
+            a_k = feature_exponent(k[rows], omega, scale, transposed=True)
             # F3 the Gumbel log-weights g / tau (Alg. 1 line 4, in the log domain)  (K, B)
             if gumbel is None:
                 weights = xp.zeros((1, a_k.shape[1]), dtype=dtype)
@@ -294,7 +294,7 @@ class KernelizedSoftmax:
             return keys @ _with_ones(v[rows])  # (K m, B) @ (B, d_v + 1): [U | O]
 
         # (K m, d_v + 1) summed over the blocks in order
-        kv_and_sum = xp.sum(xp.stack(map_blocks(key_block, len(blocks))), axis=0)
+        kv_and_sum = _sum_in_order(map_blocks(key_block, len(blocks)))
         kv = xp.ascontiguousarray(kv_and_sum[:, :-1])  # (K m, d_v)
         k_sum = kv_and_sum[:, -1].reshape(samples, m)  # (K, m)
         denominators = xp.empty((samples, n), dtype=dtype)
@@ -311,7 +311,7 @@ class KernelizedSoftmax:
             # F10 Z_u = sum_s phi_q[u] U_s / (K den_su): normalise each sample, average (line
             #     8); one product over the stacked samples, (B, K m) @ (K m, d_v) -> (B, d_v)
             coefficients[:, rows] = coef = 1.0 / (samples * den)  # (K, B)
-            z[rows] = _mixing(coef, features).T @ kv
+            xp.matmul(_mixing(coef, features).T, kv, out=z[rows])
             return True
 
         if not all(map_blocks(output_block, len(blocks))):
@@ -362,21 +362,20 @@ class KernelizedSoftmax:
             d_k_sum = d_den @ features.T  # (K, m)
             # B4 (of F4) the features are exp(exponent - shift), the shift held: d a = d_phi phi
             # B2-B1 (of F2-F1) through Eq. 4's exponent at q / sqrt(tau)  (B, d)
-            d_q[rows] = scale * feature_exponent_backward(
-                q[rows] * scale, omega, (d_features * features).T
-            )
+            d_features *= features
+            feature_exponent_backward(q[rows], omega, d_features.T, scale, out=d_q[rows])
             return d_kv, d_k_sum
 
         partial = map_blocks(query_block, len(blocks))
-        d_kv = xp.sum(xp.stack([p[0] for p in partial]), axis=0)  # (K m, d_v)
-        d_k_sum = xp.sum(xp.stack([p[1] for p in partial]), axis=0).reshape(samples * m, 1)
+        d_kv = _sum_in_order([p[0] for p in partial])  # (K m, d_v)
+        d_k_sum = _sum_in_order([p[1] for p in partial]).reshape(samples * m, 1)
         d_kv_and_sum = xp.concatenate([d_kv, d_k_sum], axis=1)  # (K m, d_v + 1): [d_U | d_O]
 
         def key_block(j: int) -> None:
             rows = blocks[j]
             keys = key_features(cache.log_weights, cache.key_exponents, rows, floor)  # (K m, B)
             # B8 (of F8) d_V = K~ d_U; d_K~ = d_U V^T + d_O 1^T = [d_U | d_O] [V | 1]^T
-            d_v[rows] = keys.T @ d_kv  # (B, K m) @ (K m, d_v)
+            xp.matmul(keys.T, d_kv, out=d_v[rows])  # (B, K m) @ (K m, d_v)
             d_keys = d_kv_and_sum @ _with_ones(v[rows]).T  # (K m, d_v + 1) @ (d_v + 1, B)
             # B7 (of F7) the features are exp(exponent): d exponent = d_K~ K~, summed over the
             #    samples for the key exponents; nothing flows into g (noise) or into the shifts
@@ -385,7 +384,7 @@ class KernelizedSoftmax:
                 "smb,smb->mb", d_keys.reshape(samples, m, -1), keys.reshape(samples, m, -1)
             )  # (m, B)
             # B2-B1 (of F2-F1) through Eq. 4's exponent at k / sqrt(tau)  (B, d)
-            d_k[rows] = scale * feature_exponent_backward(k[rows] * scale, omega, d_exponents.T)
+            feature_exponent_backward(k[rows], omega, d_exponents.T, scale, out=d_k[rows])
 
         map_blocks(key_block, len(blocks))
         return (d_q, d_k, d_v), {}
@@ -425,6 +424,15 @@ def _mixing(coefficients: Any, query_features: Any) -> Any:
     mixing = get_array_module(coefficients).einsum("sb,mb->smb", coefficients, query_features)
     samples, m, width = mixing.shape  # (K, m, B)
     return mixing.reshape(samples * m, width)
+
+
+def _sum_in_order(parts: list[Any]) -> Any:
+    """The sum of the blocks' partial results, added in block order (whatever thread made
+    each), into a copy of the first."""
+    total = parts[0].copy()
+    for part in parts[1:]:
+        total += part
+    return total
 
 
 def _columns(array: Any, rows: slice) -> Any:

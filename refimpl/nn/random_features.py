@@ -132,16 +132,17 @@ def draw_projection(rng: np.random.Generator, m: int, d: int, kind: str = "iid")
     return lengths[:, None] * directions
 
 
-def feature_exponent(x: Any, omega: Any, transposed: bool = False) -> Any:
-    """The exponent of Eq. 4, ``a_i(x_u) = w_i^T x_u - ||x_u||^2 / 2``: ``(..., d) -> (..., m)``
-    (rows ``(N, d)``, or per head ``(N, H, d)``); ``transposed=True``: ``a^T (m, N)`` of
-    rows ``(N, d)``, computed in that orientation (C-contiguous)."""
+def feature_exponent(x: Any, omega: Any, scale: float = 1.0, transposed: bool = False) -> Any:
+    """The exponent of Eq. 4 at ``s x`` (``s = scale``), ``a_i(s x_u) = s w_i^T x_u - s^2
+    ||x_u||^2 / 2``, without forming ``s x``: ``(..., d) -> (..., m)`` (rows ``(N, d)``, or
+    per head ``(N, H, d)``); ``transposed=True``: ``a^T (m, N)`` of rows ``(N, d)``,
+    computed in that orientation (C-contiguous)."""
     xp = get_array_module(x, omega)
-    squared_norms = xp.sum(x * x, axis=-1, keepdims=not transposed)  # (..., 1) or (N,)
+    weights = omega if scale == 1.0 else scale * omega  # (m, d)
+    half_squared_norms = (0.5 * scale * scale) * xp.einsum("...d,...d->...", x, x)  # (...)
     if transposed:
-        return omega @ x.T - 0.5 * squared_norms  # (m, d) @ (d, N) -> (m, N), minus (N,)
-    # (..., d) @ (d, m) -> (..., m), minus (..., 1)
-    return x @ omega.T - 0.5 * squared_norms
+        return weights @ x.T - half_squared_norms  # (m, d) @ (d, N) -> (m, N), minus (N,)
+    return x @ weights.T - half_squared_norms[..., None]  # (..., m), minus (..., 1)
 
 
 def positive_random_features(x: Any, omega: Any, shift: Any = 0.0) -> Any:
@@ -163,12 +164,17 @@ def positive_random_features_backward(x: Any, omega: Any, features: Any, d_featu
     return feature_exponent_backward(x, omega, d_features * features)  # d a = d_phi phi
 
 
-def feature_exponent_backward(x: Any, omega: Any, d_exponent: Any) -> Any:
-    """Vjp of :func:`feature_exponent` in ``x``: ``a = x omega^T - ||x||^2 / 2`` gives
-    ``d_x = d_a omega - rowsum(d_a) x``, ``(..., m) -> (..., d)``."""
+def feature_exponent_backward(
+    x: Any, omega: Any, d_exponent: Any, scale: float = 1.0, out: Any = None
+) -> Any:
+    """Vjp of :func:`feature_exponent` in ``x``: ``a = s x omega^T - s^2 ||x||^2 / 2`` gives
+    ``d_x = d_a (s omega) - s^2 rowsum(d_a) x``, ``(..., m) -> (..., d)``; written into
+    ``out`` when given."""
     xp = get_array_module(x, d_exponent)
-    # (..., m) @ (m, d) -> (..., d); (..., 1) * (..., d)
-    return d_exponent @ omega - xp.sum(d_exponent, axis=-1, keepdims=True) * x
+    weights = omega if scale == 1.0 else scale * omega  # (m, d)
+    d_x = xp.matmul(d_exponent, weights, out=out)  # (..., m) @ (m, d) -> (..., d)
+    d_x -= (scale * scale * xp.sum(d_exponent, axis=-1, keepdims=True)) * x  # (..., 1) * (..., d)
+    return d_x
 
 
 class RandomFeaturesCache(NamedTuple):

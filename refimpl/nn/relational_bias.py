@@ -72,17 +72,27 @@ class RelationalBias:
         return tuple(terms)
 
     def terms_backward(self, operators: tuple, f: Any, d_z: Any) -> Any:
-        """``sum_j A_j^T (f_j d_z)`` (N, H, C); for ``A_hat^j``, Horner's scheme."""
-        weighted = [f[j][None, :, None] * d_z for j in range(self.order)]  # (N, H, C) each
-        if self.powers == "authors":
-            return sum(
-                apply_operator(op, w, transpose=True)
-                for op, w in zip(operators, weighted, strict=True)
-            )
-        acc = weighted[-1]
-        for j in range(self.order - 2, -1, -1):
-            acc = apply_operator(operators[0], acc, transpose=True) + weighted[j]
-        return apply_operator(operators[0], acc, transpose=True)
+        """``sum_j A_j^T (f_j d_z)`` (N, H, C). The gate scales heads (columns) and ``A_j``
+        mixes nodes (rows), so they commute: ``sum_j f_j A_j^T d_z``, each gate applied after
+        its product, in place where nothing reads the product again. For ``A_hat^j`` the
+        products are repeated: ``A_hat^T d_z``, ``(A_hat^T)^2 d_z``, ..."""
+        total, power = None, d_z
+        for j in range(self.order):
+            gate = f[j][None, :, None]  # (1, H, 1)
+            if self.powers == "authors":
+                product = apply_operator(operators[j], d_z, transpose=True)  # (N, H, C)
+            else:
+                product = power = apply_operator(operators[0], power, transpose=True)
+            if self.powers == "authors" or j == self.order - 1:
+                product *= gate
+                term = product
+            else:  # the next power reads this product unscaled
+                term = gate * product
+            if total is None:
+                total = term
+            else:
+                total += term
+        return total
 
 
 def apply_operator(operator: Operator, h: Any, transpose: bool = False) -> Any:
