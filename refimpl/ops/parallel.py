@@ -7,15 +7,22 @@ rows of one computation can run on threads. Two kinds of work do:
 * the kernelised attention's row blocks (:mod:`refimpl.nn.kernel_attention`), whose
   arrays stay in a core's cache and which mix elementwise steps with small GEMMs.
 
-While blocks run on several threads, BLAS is held to one thread (``threadpoolctl``):
-otherwise every block's GEMM would ask for the whole BLAS pool, and calls from several
-threads queue for it. The attention at N = 1e6 on 2 cores (float32): 12.2 s with two
-block threads and a two-thread BLAS, 5.5 s with two block threads and one BLAS thread
-each, 8.8 s on one block thread with a two-thread BLAS.
+While blocks run, BLAS is held to one thread (``threadpoolctl``), for two reasons:
+
+* speed: every block's GEMM would otherwise ask for the whole BLAS pool, and calls from
+  several threads queue for it. A prototype of the attention's blocks at N = 1e6
+  (float32, 2 cores): 12.2 s with two block threads each calling a two-thread BLAS,
+  5.0 s with one BLAS thread per block thread;
+* rounding: OpenBLAS sums a product differently when more threads split it, so a
+  block's result would depend on whether it ran alone (BLAS on two threads) or beside
+  another (on one). On one thread too, then.
 
 Callers fix their blocks independently of the thread count, each block is computed by
 one thread, and partial results are combined in block order, so no result depends on
 the thread count. A call made from inside a worker runs its blocks on that worker.
+The BLAS limit is process-wide while a call runs: another thread's BLAS calls made
+meanwhile run on one thread too, and two overlapping calls from two threads can end
+each other's limit early (which changes speed and rounding, not correctness).
 """
 
 from __future__ import annotations
