@@ -109,8 +109,15 @@ def assert_agrees_with_autograd(
 ) -> None:
     """Outputs equal autograd's to FORWARD, gradients for the input and every parameter to RTOL."""
     assert max_relative_error(out, t_out.detach().numpy()) <= FORWARD
-    errors = relative_errors(
-        {**d_params, "x": d_x},
-        {**{k: v.grad.numpy() for k, v in t_params.items()}, "x": t_x.grad.numpy()},
-    )
+    found = {**d_params, "x": d_x}
+    expected = {**{k: v.grad.numpy() for k, v in t_params.items()}, "x": t_x.grad.numpy()}
+    if not any(np.any(g) for g in found.values()):
+        # A dead network (every path to the output masked or normalised away): our backward
+        # gives exact zeros, autograd rounding noise (4.5e-13 in the pinned example), which is
+        # judged against the inputs' scale instead of against itself.
+        inputs = [t_x.detach().numpy(), *(v.detach().numpy() for v in t_params.values())]
+        scale = max(float(np.max(np.abs(a), initial=0.0)) for a in inputs)
+        assert max(float(np.max(np.abs(g), initial=0.0)) for g in expected.values()) <= RTOL * scale
+        return
+    errors = relative_errors(found, expected)
     assert max(errors.values()) <= RTOL, errors
