@@ -438,8 +438,8 @@ def _sum_in_order(parts: list[Any]) -> Any:
 
 def _columns(array: Any, rows: slice) -> Any:
     """``array[:, rows]`` of a transposed per-node array ``(c, N)``, as a compact ``(c, B)``
-    copy: the broadcasts over it then run on one contiguous block (measured 1.6x faster
-    than on the strided slice)."""
+    copy: the broadcasts over it then run on one contiguous block (the key features' sum
+    measured 1.4x faster, the copies included, than on the strided slices)."""
     return get_array_module(array).ascontiguousarray(array[:, rows])
 
 
