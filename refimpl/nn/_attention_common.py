@@ -11,11 +11,13 @@ use the query/key/value projections ``y = x W^T + b`` (``W_{name} (out, in)``,
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from refimpl.backend import get_array_module
+from refimpl.ops.linear import affine_maps, affine_maps_backward
 from refimpl.validation import (
     check_array,
     check_input,
@@ -57,45 +59,50 @@ def positive_int(owner: str, name: str, value: Any) -> None:
     check_positive_int(value, f"{owner} {name}")
 
 
-def project(params: dict[str, Any], name: str, x: Any, bias: bool) -> Any:
-    """``x W_{name}^T (+ b_{name} with bias)``: (N, in) -> (N, out)."""
-    y = x @ params[f"W_{name}"].T
-    if bias:
-        y += params[f"b_{name}"]  # in place: y is new (a second (N, out) array costs a pass)
-    return y
+def project(
+    params: dict[str, Any], names: Sequence[str], x: Any, bias: bool, factors: Sequence[float] = ()
+) -> list[Any]:
+    """``[f (x W_{name}^T + b_{name}) for each name]`` (``b`` with ``bias``; ``f`` from
+    ``factors``, 1 where not given): (N, in) -> [(N, out)], by :func:`affine_maps` with
+    ``f W`` and ``f b`` (the factor costs no pass over the rows)."""
+    scaled = list(zip(names, _factors(names, factors), strict=True))
+    weights = [_scaled(params[f"W_{name}"], f) for name, f in scaled]
+    biases = [_scaled(params[f"b_{name}"], f) for name, f in scaled] if bias else None
+    return affine_maps(x, weights, biases)
 
 
 def project_backward(
     params: dict[str, Any],
+    names: Sequence[str],
     x: Any,
-    d_heads: dict[str, Any],
+    d_ys: Sequence[Any],
     d_params: dict[str, Any],
-    width: int,
     bias: bool,
     input_grad: bool = True,
-    d_x: Any = None,
+    factors: Sequence[float] = (),
 ) -> Any:
-    """Adjoint of :func:`project` for each ``d_heads[name]`` (N, ..., reshaped to (N, width)).
-
-    Fills ``d_params`` with ``W_{name}`` (and ``b_{name}`` with ``bias``) and returns
-    ``d_x (N, in)``: the given ``d_x`` (None: nothing yet) plus, with ``input_grad``, each
-    projection's term, added in the order of ``d_heads`` (the order fixes the rounding).
-    """
-    n, owned = x.shape[0], False
-    for name, d_head in d_heads.items():
-        d_y = d_head.reshape(n, width)  # (N, out)
-        d_params[f"W_{name}"] = d_y.T @ x  # (out, N) @ (N, in)
+    """Adjoint of :func:`project` for ``d_ys[i]`` (N, ..., reshaped to (N, out)): fills
+    ``d_params`` with ``W_{name}`` (and ``b_{name}`` with ``bias``) and returns ``d_x (N,
+    in)`` (None without ``input_grad``). With the factor ``f``: ``d_W = f d_y^T x``, ``d_b =
+    f sum(d_y)``, ``d_x = sum_i d_y_i (f_i W_i)``."""
+    scales = _factors(names, factors)
+    weights = [_scaled(params[f"W_{name}"], f) for name, f in zip(names, scales, strict=True)]
+    flat = [d_y.reshape(d_y.shape[0], -1) for d_y in d_ys]  # (N, out)
+    d_x, d_weights, d_biases = affine_maps_backward(x, weights, flat, bias, input_grad)
+    for i, (name, f) in enumerate(zip(names, scales, strict=True)):
+        d_params[f"W_{name}"] = _scaled(d_weights[i], f)
         if bias:
-            d_params[f"b_{name}"] = d_y.sum(axis=0)
-        if input_grad:
-            term = d_y @ params[f"W_{name}"]  # (N, out) @ (out, in)
-            if d_x is None:
-                d_x, owned = term, True
-            elif owned:
-                d_x += term  # in place into an array made here
-            else:
-                d_x, owned = d_x + term, True  # the caller's d_x is not written to
+            d_params[f"b_{name}"] = _scaled(d_biases[i], f)
     return d_x
+
+
+def _factors(names: Sequence[str], factors: Sequence[float]) -> list[float]:
+    return [*factors, *[1.0] * (len(names) - len(factors))]
+
+
+def _scaled(array: Any, factor: float) -> Any:
+    """``factor * array`` (small: a weight or its gradient); the array itself for 1."""
+    return array if factor == 1.0 else factor * array
 
 
 def check_normalization(owner: str, value: Any, allowed: tuple) -> None:

@@ -94,13 +94,14 @@ import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from refimpl.backend import backend_name, get_array_module
+from refimpl.backend import get_array_module
 from refimpl.nn.random_features import (
     check_features_input,
     feature_exponent,
     feature_exponent_backward,
 )
-from refimpl.ops.parallel import map_blocks
+from refimpl.ops.linear import with_ones
+from refimpl.ops.parallel import map_blocks, row_blocks, sum_in_order
 from refimpl.validation import (
     NonFiniteError,
     check_cotangent,
@@ -240,16 +241,17 @@ class KernelizedSoftmax:
         return self._forward(q, k, v, omega, gumbel)
 
     def _forward(
-        self, q: Any, k: Any, v: Any, omega: Any, gumbel: Any
+        self, q: Any, k: Any, v: Any, omega: Any, gumbel: Any, out: Any = None
     ) -> tuple[Any, KernelizedSoftmaxCache]:
-        """:meth:`forward` without the input checks, for callers that made the inputs."""
+        """:meth:`forward` without the input checks, for callers that made the inputs; ``z``
+        is written into ``out`` (N, d_v) when given (a head of the caller's array)."""
         xp = get_array_module(q)
         (n, _), m, dtype = q.shape, omega.shape[0], q.dtype
         samples = 1 if gumbel is None else gumbel.shape[1]
         scale = 1.0 / math.sqrt(self.tau)
         log_sqrt_m = 0.5 * math.log(m)  # Eq. 4's 1 / sqrt(m), in the log domain
         floor = _floor(xp, dtype) if self.stabilize else None
-        blocks = row_blocks(xp, n)
+        blocks = row_blocks(xp, n, ROW_BLOCK)
         query_features = xp.empty((m, n), dtype=dtype)
         key_exponents = xp.empty((m, n), dtype=dtype)
         log_weights = xp.empty((samples, n), dtype=dtype)
@@ -292,15 +294,15 @@ class KernelizedSoftmax:
         def key_block(j: int) -> Any:
             rows = blocks[j]
             keys = key_features(log_weights, key_exponents, rows, floor)  # (K m, B)
-            return keys @ _with_ones(v[rows])  # (K m, B) @ (B, d_v + 1): [U | O]
+            return keys @ with_ones(v[rows])  # (K m, B) @ (B, d_v + 1): [U | O]
 
         # (K m, d_v + 1) summed over the blocks in order
-        kv_and_sum = _sum_in_order(map_blocks(key_block, len(blocks)))
+        kv_and_sum = sum_in_order(map_blocks(key_block, len(blocks)))
         kv = xp.ascontiguousarray(kv_and_sum[:, :-1])  # (K m, d_v)
         k_sum = kv_and_sum[:, -1].reshape(samples, m)  # (K, m)
         denominators = xp.empty((samples, n), dtype=dtype)
         coefficients = xp.empty((samples, n), dtype=dtype)
-        z = xp.empty((n, v.shape[1]), dtype=dtype)
+        z = xp.empty((n, v.shape[1]), dtype=dtype) if out is None else out
 
         def output_block(j: int) -> bool:
             rows = blocks[j]
@@ -336,14 +338,21 @@ class KernelizedSoftmax:
         self, params: dict[str, Any], cache: KernelizedSoftmaxCache, d_z: Any
     ) -> tuple[tuple[Any, Any, Any], dict[str, Any]]:
         """Gradients of ``<d_z, z>``: ``((d_q (N, d), d_k (N, d), d_v (N, d_v)), {})``."""
+        check_cotangent(d_z, cache.v.shape, cache.v.dtype, cache.v, name="d_z")
+        return self._backward(cache, d_z), {}
+
+    def _backward(self, cache: KernelizedSoftmaxCache, d_z: Any, out: Any = None) -> tuple:
+        """:meth:`backward`'s ``(d_q, d_k, d_v)`` without the check, written into ``out``
+        (three arrays shaped as ``q, k, v``: heads of the caller's arrays) when given."""
         q, k, v, omega, kv, k_sum = cache.q, cache.k, cache.v, cache.omega, cache.kv, cache.k_sum
-        check_cotangent(d_z, v.shape, v.dtype, v, name="d_z")
         xp = get_array_module(d_z, v)
         n, (samples, m) = v.shape[0], k_sum.shape
         scale = 1.0 / math.sqrt(self.tau)
         floor = _floor(xp, v.dtype) if self.stabilize else None
-        blocks = row_blocks(xp, n)
-        d_q, d_k, d_v = xp.empty_like(q), xp.empty_like(k), xp.empty_like(v)
+        blocks = row_blocks(xp, n, ROW_BLOCK)
+        if out is None:
+            out = (xp.empty_like(q), xp.empty_like(k), xp.empty_like(v))
+        d_q, d_k, d_v = out
 
         def query_block(j: int) -> tuple[Any, Any]:
             rows = blocks[j]
@@ -368,8 +377,8 @@ class KernelizedSoftmax:
             return d_kv, d_k_sum
 
         partial = map_blocks(query_block, len(blocks))
-        d_kv = _sum_in_order([p[0] for p in partial])  # (K m, d_v)
-        d_k_sum = _sum_in_order([p[1] for p in partial]).reshape(samples * m, 1)
+        d_kv = sum_in_order([p[0] for p in partial])  # (K m, d_v)
+        d_k_sum = sum_in_order([p[1] for p in partial]).reshape(samples * m, 1)
         d_kv_and_sum = xp.concatenate([d_kv, d_k_sum], axis=1)  # (K m, d_v + 1): [d_U | d_O]
 
         def key_block(j: int) -> None:
@@ -377,7 +386,7 @@ class KernelizedSoftmax:
             keys = key_features(cache.log_weights, cache.key_exponents, rows, floor)  # (K m, B)
             # B8 (of F8) d_V = K~ d_U; d_K~ = d_U V^T + d_O 1^T = [d_U | d_O] [V | 1]^T
             xp.matmul(keys.T, d_kv, out=d_v[rows])  # (B, K m) @ (K m, d_v)
-            d_keys = d_kv_and_sum @ _with_ones(v[rows]).T  # (K m, d_v + 1) @ (d_v + 1, B)
+            d_keys = d_kv_and_sum @ with_ones(v[rows]).T  # (K m, d_v + 1) @ (d_v + 1, B)
             # B7 (of F7) the features are exp(exponent): d exponent = d_K~ K~, summed over the
             #    samples for the key exponents; nothing flows into g (noise) or into the shifts
             #    r_v, c_s: each is held, which is exact because Z does not depend on them
@@ -388,7 +397,7 @@ class KernelizedSoftmax:
             feature_exponent_backward(k[rows], omega, d_exponents.T, scale, out=d_k[rows])
 
         map_blocks(key_block, len(blocks))
-        return (d_q, d_k, d_v), {}
+        return d_q, d_k, d_v
 
     @staticmethod
     def sample_outputs(cache: KernelizedSoftmaxCache) -> Any:
@@ -401,13 +410,6 @@ class KernelizedSoftmax:
 
 ROW_BLOCK = 1024  # host rows per block: (K m, B) = (300, 1024) float32 is 1.2 MB, in L2
 # (measured at N = 1e6: 512 rows 12% slower, 2048 the same within the noise)
-
-
-def row_blocks(xp: Any, n: int) -> list[slice]:
-    """The row blocks of every step: ``ROW_BLOCK`` rows on the host, all ``N`` at once
-    on a device (where every step is a kernel launch over all rows)."""
-    size = ROW_BLOCK if backend_name(xp) == "numpy" else max(n, 1)
-    return [slice(start, min(start + size, n)) for start in range(0, n, size)]
 
 
 def key_features(log_weights: Any, key_exponents: Any, rows: slice, floor: Any) -> Any:
@@ -427,30 +429,11 @@ def _mixing(coefficients: Any, query_features: Any) -> Any:
     return mixing.reshape(samples * m, width)
 
 
-def _sum_in_order(parts: list[Any]) -> Any:
-    """The sum of the blocks' partial results, added in block order (whatever thread made
-    each), into a copy of the first."""
-    total = parts[0].copy()
-    for part in parts[1:]:
-        total += part
-    return total
-
-
 def _columns(array: Any, rows: slice) -> Any:
     """``array[:, rows]`` of a transposed per-node array ``(c, N)``, as a compact ``(c, B)``
     copy: the broadcasts over it then run on one contiguous block (the key features' sum
     measured 1.4x faster, the copies included, than on the strided slices)."""
     return get_array_module(array).ascontiguousarray(array[:, rows])
-
-
-def _with_ones(values: Any) -> Any:
-    """``[values | 1]`` ``(B, d_v + 1)``: one product with it gives ``K~^T V`` and the sums
-    ``K~^T 1`` together (and, transposed, their adjoint), without a separate pass."""
-    xp = get_array_module(values)
-    out = xp.empty((values.shape[0], values.shape[1] + 1), dtype=values.dtype)
-    out[:, :-1] = values
-    out[:, -1] = 1
-    return out
 
 
 def _floor(xp: Any, dtype: Any) -> tuple[float, Any]:

@@ -108,7 +108,6 @@ class NodeFormerCache(NamedTuple):
     v: Any  # (N, H, C) W_v x + b_v
     attention: tuple  # per head, its KernelizedSoftmaxCache
     operators: tuple  # relational_bias.Operator per order; () without relational bias
-    bias_terms: tuple  # per order j, A_j V (N, H, C); () without relational bias
     heads: Any  # (N, H*C) concatenated heads, the input of W_o
     noise: dict  # the draws used: "projection" (m, C); "gumbel" (N, H, K) if drawn
 
@@ -218,36 +217,29 @@ class NodeFormerConv:
         used = self._resolve_noise(x, training, rng, noise)
         s = self.qk_factor
 
-        # F1 projections (N, in) @ (in, H*C) -> (N, H, C), F2 the qk factor s
-        q, k, v = (project(params, name, x, self.bias).reshape(n, heads, c) for name in "qkv")
-        if s != 1.0:
-            q *= s  # in place: the projections are new arrays
-            k *= s
-        # F3 per head, kernelised (Gumbel-)softmax with the shared omega (Alg. 1 lines 3-8);
-        #    q, k, v were made here from checked x and params: the block skips its checks
+        # F1 projections (N, in) @ (in, H*C) -> (N, H, C), F2 the qk factor s, folded into the
+        #    maps: s (x W^T + b) = x (s W)^T + s b costs no pass over the rows
+        q, k, v = (y.reshape(n, heads, c) for y in project(params, "qkv", x, self.bias, (s, s)))
+        # F3 per head, kernelised (Gumbel-)softmax with the shared omega (Alg. 1 lines 3-8),
+        #    written into its head of z; q, k, v were made here from checked x and params:
+        #    the block skips its checks
         block = KernelizedSoftmax(self.tau)
         gumbel = used.get("gumbel")
-        outputs, attention = [], []
+        z = xp.empty((n, heads, c), dtype=x.dtype)
+        attention = []
         for h in range(heads):
             g = None if gumbel is None else gumbel[:, h, :]  # (N, K)
-            z_h, cache_h = block._forward(q[:, h], k[:, h], v[:, h], used["projection"], g)
-            outputs.append(z_h)
-            attention.append(cache_h)
-        z = _stack_heads(outputs)  # (N, H, C)
+            omega = used["projection"]
+            attention.append(block._forward(q[:, h], k[:, h], v[:, h], omega, g, out=z[:, h])[1])
         # F4 relational bias: z_h += sum_j f(b_rel[j-1, h]) A_j v_h (Eq. 8, Alg. 1 line 9)
-        operators, terms = (), ()
+        operators = ()
         if self.relational_bias is not None:
             operators = self._relational.operators(graph, xp, x.dtype)
-            terms = self._relational.terms(operators, v)
-            f = self._relational.gate(params["b_rel"])  # (r, H)
-            for j, term in enumerate(terms):
-                z += f[j][None, :, None] * term  # (1, H, 1) * (N, H, C), into z made above
+            self._relational.add_terms(operators, self._relational.gate(params["b_rel"]), v, z)
         # F5 concatenate heads (N, H*C), F6 output map (N, H*C) @ (H*C, C) -> (N, C)
         concat = z.reshape(n, heads * c)
-        out = concat @ params["W_o"].T
-        if self.bias:
-            out += params["b_o"]
-        cache = NodeFormerCache(x, graph, q, k, v, tuple(attention), operators, terms, concat, used)
+        out = project(params, "o", concat, self.bias)[0]
+        cache = NodeFormerCache(x, graph, q, k, v, tuple(attention), operators, concat, used)
         return out, cache
 
     # -- backward --------------------------------------------------------------------------
@@ -264,52 +256,30 @@ class NodeFormerConv:
         xp = get_array_module(d_out, x)
         d_params: dict[str, Any] = {}
 
-        # B6 (of F6) output map
-        if self.bias:
-            d_params["b_o"] = d_out.sum(axis=0)  # (C,)
-        d_params["W_o"] = d_out.T @ cache.heads  # (C, N) @ (N, H*C)
-        # B5 (of F5) heads back apart (N, H, C)
-        d_z = (d_out @ params["W_o"]).reshape(n, heads, c)
-        # B3 (of F3) per head, the attention
+        # B6 (of F6) output map, B5 (of F5) heads back apart (N, H, C)
+        d_concat = project_backward(params, "o", cache.heads, [d_out], d_params, self.bias)
+        d_z = d_concat.reshape(n, heads, c)
+        # B3 (of F3) per head, the attention, written into its head of d_q, d_k, d_v
         block = KernelizedSoftmax(self.tau)
-        grads = [block.backward({}, cache.attention[h], d_z[:, h])[0] for h in range(heads)]
-        d_q, d_k, d_v = (_stack_heads([g[i] for g in grads]) for i in range(3))  # (N, H, C)
-        # B4 (of F4) relational bias: the gate, and the values' second path (added to d_v,
-        #    made above)
+        d_q, d_k, d_v = (xp.empty((n, heads, c), dtype=x.dtype) for _ in range(3))
+        for h in range(heads):
+            block._backward(cache.attention[h], d_z[:, h], out=(d_q[:, h], d_k[:, h], d_v[:, h]))
+        # B4 (of F4) relational bias: the gates, and the values' second path (added to d_v)
         if self.relational_bias is not None:
-            b_rel = params["b_rel"]
-            f = self._relational.gate(b_rel)  # (r, H)
-            d_f = xp.stack([xp.einsum("nhc,nhc->h", d_z, t) for t in cache.bias_terms])  # (r, H)
+            f = self._relational.gate(params["b_rel"])  # (r, H)
+            d_f = self._relational.add_terms_backward(cache.operators, f, d_z, cache.v, d_v)
             d_params["b_rel"] = self._relational.gate_backward(f, d_f)
-            d_v += self._relational.terms_backward(cache.operators, f, d_z)
-        # B2 (of F2) the qk factor, in place on d_q, d_k made above
+        # B2 (of F2) and B1 (of F1): the projections' adjoint with the folded factor s
         s = self.qk_factor
-        if s != 1.0:
-            d_q *= s
-            d_k *= s
-        # B1 (of F1) projections
-        d_heads = {"q": d_q, "k": d_k, "v": d_v}
-        d_x = self._project_backward(params, x, d_heads, d_params, input_grad)
+        d_x = project_backward(
+            params, "qkv", x, [d_q, d_k, d_v], d_params, self.bias, input_grad, (s, s)
+        )
         return d_x, {name: d_params[name] for name in params}
 
     @property
     def _relational(self) -> RelationalBias:
         """The relational-bias block (F4 / B4); only used when ``relational_bias`` is set."""
         return RelationalBias(self.relational_bias, self.rb_order, self.rb_powers)
-
-    # -- pieces shared with the edge loss --------------------------------------------------
-    def _project_backward(
-        self,
-        params: dict[str, Any],
-        x: Any,
-        d_heads: dict[str, Any],
-        d_params: dict[str, Any],
-        input_grad: bool = True,
-    ) -> Any:
-        """Adjoint of F1's projections for each ``d_heads[name]`` (N, H, C); fills
-        ``d_params`` and returns ``d_x`` (N, in), or None without ``input_grad``."""
-        width = self.heads * self.out_channels
-        return project_backward(params, x, d_heads, d_params, width, self.bias, input_grad)
 
     # -- noise -----------------------------------------------------------------------------
     def _resolve_noise(self, x: Any, training: bool, rng: Any, noise: Any) -> dict[str, Any]:
@@ -347,13 +317,6 @@ class NodeFormerConv:
                 np.negative(np.log(g, out=g), out=g)
                 used[name] = asarray(g, backend=backend, dtype=x.dtype)
         return used
-
-
-def _stack_heads(per_head: list[Any]) -> Any:
-    """``(N, C)`` per head -> ``(N, H, C)``; one head is reshaped, not copied."""
-    if len(per_head) == 1:
-        return per_head[0][:, None, :]
-    return get_array_module(per_head[0]).stack(per_head, axis=1)
 
 
 def _check_noise(noise: Any, x: Any, shapes: dict[str, tuple]) -> dict[str, Any]:

@@ -54,6 +54,7 @@ from typing import Any, NamedTuple
 
 from refimpl.backend import get_array_module, is_array
 from refimpl.graph import Graph
+from refimpl.nn._attention_common import project_backward
 from refimpl.nn.nodeformer import NodeFormerCache, NodeFormerConv
 from refimpl.nn.random_features import feature_exponent, feature_exponent_backward
 from refimpl.ops.segment import gather, segment_sum
@@ -191,8 +192,8 @@ class NodeFormerEdgeLoss:
         # B1 (of E1) and the layer's F2 (y = t s (W x + b)) and F1 (the projections)
         factor = conv.qk_factor * (1.0 if self.convention == "paper" else 1.0 / math.sqrt(conv.tau))
         d_params: dict[str, Any] = {}
-        d_x = conv._project_backward(
-            params, x, {"q": d_y_q * factor, "k": d_y_k * factor}, d_params
+        d_x = project_backward(
+            params, "qk", x, [d_y_q, d_y_k], d_params, conv.bias, factors=(factor, factor)
         )
         return d_x, {
             name: d_params[name] if name in d_params else xp.zeros_like(value)

@@ -61,38 +61,44 @@ class RelationalBias:
         graphs = [graph] if self.powers == "paper" else power_graphs(graph, self.order)
         return tuple(_operator(g, xp, dtype) for g in graphs)
 
-    def terms(self, operators: tuple, v: Any) -> tuple:
-        """``A_j V`` (N, H, C) for j = 1..r: ``A_hat^j`` by repeated products, or one each."""
-        if self.powers == "authors":
-            return tuple(apply_operator(op, v) for op in operators)
-        terms, term = [], v
-        for _ in range(self.order):
-            term = apply_operator(operators[0], term)
-            terms.append(term)
-        return tuple(terms)
+    def add_terms(self, operators: tuple, f: Any, v: Any, z: Any) -> None:
+        """``z += sum_j f_j A_j V`` in place, ``f = gate(b_rel)`` (r, H), ``v, z`` (N, H, C);
+        ``A_hat^j`` by repeated products. The gate scales heads (columns) and ``A_j`` mixes
+        nodes (rows), so they commute: each product is scaled in place after it is made,
+        unless the next power reads it unscaled."""
+        power = v
+        for j in range(self.order):
+            gate = f[j][None, :, None]  # (1, H, 1)
+            if self.powers == "authors":
+                product = apply_operator(operators[j], v)  # (N, H, C)
+            else:
+                product = power = apply_operator(operators[0], power)
+            if self.powers == "authors" or j == self.order - 1:
+                product *= gate
+                z += product
+            else:
+                z += gate * product
 
-    def terms_backward(self, operators: tuple, f: Any, d_z: Any) -> Any:
-        """``sum_j A_j^T (f_j d_z)`` (N, H, C). The gate scales heads (columns) and ``A_j``
-        mixes nodes (rows), so they commute: ``sum_j f_j A_j^T d_z``, each gate applied after
-        its product, in place where nothing reads the product again. For ``A_hat^j`` the
-        products are repeated: ``A_hat^T d_z``, ``(A_hat^T)^2 d_z``, ..."""
-        total, power = None, d_z
+    def add_terms_backward(self, operators: tuple, f: Any, d_z: Any, v: Any, d_v: Any) -> Any:
+        """Adjoint of :meth:`add_terms`: ``d_v += sum_j f_j A_j^T d_z`` in place, and returns
+        ``d_f`` (r, H), ``d_f[j, h] = <d_z_h, A_j v_h> = <A_j^T d_z_h, v_h>``: from the
+        products the values' path makes anyway, so the forward keeps no ``A_j V``. For
+        ``A_hat^j`` the products are repeated: ``A_hat^T d_z``, ``(A_hat^T)^2 d_z``, ..."""
+        xp = get_array_module(d_z)
+        d_f, power = [], d_z
         for j in range(self.order):
             gate = f[j][None, :, None]  # (1, H, 1)
             if self.powers == "authors":
                 product = apply_operator(operators[j], d_z, transpose=True)  # (N, H, C)
             else:
                 product = power = apply_operator(operators[0], power, transpose=True)
+            d_f.append(xp.einsum("nhc,nhc->h", product, v))  # (H,)
             if self.powers == "authors" or j == self.order - 1:
                 product *= gate
-                term = product
+                d_v += product
             else:  # the next power reads this product unscaled
-                term = gate * product
-            if total is None:
-                total = term
-            else:
-                total += term
-        return total
+                d_v += gate * product
+        return xp.stack(d_f)
 
 
 def apply_operator(operator: Operator, h: Any, transpose: bool = False) -> Any:

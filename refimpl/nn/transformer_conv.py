@@ -237,9 +237,7 @@ class TransformerConv:
         src, dst = graph.src_segments(xp), graph.dst_segments(xp)
 
         # F1 node queries, keys, values (N, H, C) (supplement Eq. 3-5, with PyG's biases)
-        q, k, val = (
-            project(params, name, x, self.bias).reshape(n, heads, channels) for name in "qkv"
-        )
+        q, k, val = (y.reshape(n, heads, channels) for y in project(params, "qkv", x, self.bias))
         # F2 edge features ef = W_e e_uv (E, H, C) (supplement Eq. 12-13: one W_e for both)
         edge_features = None
         if self.edge_dim is not None:
@@ -276,7 +274,7 @@ class TransformerConv:
         out, skip, gate = messages, None, None
         if self.root_weight:
             # F10 root weight x_r = W_skip x_v + b_skip (N, F)
-            skip = project(params, "skip", x, self.bias)
+            skip = project(params, ["skip"], x, self.bias)[0]
             if self.beta:
                 # F11 gate b = sigmoid(w_beta . [m, x_r, m - x_r]) (N, 1), out = b x_r + (1-b) m
                 stacked = xp.concatenate([messages, skip, messages - skip], axis=1)  # (N, 3F)
@@ -341,10 +339,7 @@ class TransformerConv:
             else:
                 # B11 (of F11) the sum
                 d_skip = d_out
-            # B10 (of F10) the root weight
-            d_params["W_skip"] = d_skip.T @ x  # (F, in)
-            if self.bias:
-                d_params["b_skip"] = d_skip.sum(axis=0)
+            # B10 (of F10) the root weight: with the projections' adjoint at B1
         # B9 (of F9) heads: reshape back, or share the mean's gradient equally (N, H, C)
         if self.concat:
             d_aggregated = d_messages.reshape(n, heads, channels)
@@ -394,12 +389,12 @@ class TransformerConv:
             d_ef = d_edge_features.reshape(-1, heads * channels)  # (E, H*C)
             d_params["W_e"] = d_ef.T @ cache.edge_attr  # (H*C, edge_dim)
             d_edge_attr = d_ef @ params["W_e"]  # (E, edge_dim)
-        # B1 (of F1) the three projections; x receives all of them (after the root weight's)
-        d_x = d_skip @ params["W_skip"] if input_grad and d_skip is not None else None
-        d_heads = {"q": d_q, "k": d_k, "v": d_val}  # (N, H, C) each
-        d_x = project_backward(
-            params, x, d_heads, d_params, heads * channels, self.bias, input_grad, d_x
-        )
+        # B1 (of F1) the three projections and B10's root weight (F, in): x receives them all
+        names, d_ys = ["q", "k", "v"], [d_q, d_k, d_val]  # (N, H, C) each
+        if d_skip is not None:
+            names.append("skip")
+            d_ys.append(d_skip)  # (N, F)
+        d_x = project_backward(params, names, x, d_ys, d_params, self.bias, input_grad)
         d_params = {name: d_params[name] for name in params}
         if self.edge_dim is None:
             return d_x, d_params

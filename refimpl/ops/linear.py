@@ -8,16 +8,93 @@ GAT-balance Thm 2.2, Eq. 3).
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from refimpl.backend import asarray
+from refimpl.backend import asarray, get_array_module
+from refimpl.ops.parallel import map_blocks, row_blocks, sum_in_order
 from refimpl.validation import check_block_inputs, check_cotangent
 
-__all__ = ["Linear", "LinearCache"]
+__all__ = ["ROW_BLOCK", "Linear", "LinearCache", "affine_maps", "affine_maps_backward", "with_ones"]
+
+ROW_BLOCK = 4096  # host rows per block: 2048 and 4096 measured best at N = 1e6, 16384 20% slower
+
+
+def affine_maps(x: Any, weights: Sequence[Any], biases: Sequence[Any] | None = None) -> list[Any]:
+    """``[x W_i^T + b_i for each map i]``: ``x (N, in)``, ``weights[i] (out_i, in)``,
+    ``biases[i] (out_i,)`` (None: no bias) -> ``[(N, out_i)]``, each a new C-contiguous array.
+
+    No validation: callers check shapes and dtypes at their boundary.
+    """
+    xp = get_array_module(x)
+    n = x.shape[0]
+    dtype = xp.result_type(x, *weights)
+    outputs = [xp.empty((n, weight.shape[0]), dtype=dtype) for weight in weights]
+    blocks = row_blocks(xp, n, ROW_BLOCK)
+
+    def block(j: int) -> None:
+        rows = blocks[j]
+        for i, weight in enumerate(weights):
+            # F1 the linear map (B, in) @ (in, out_i), F2 the bias over rows, in place
+            y = xp.matmul(x[rows], weight.T, out=outputs[i][rows])
+            if biases is not None:
+                y += biases[i]
+
+    map_blocks(block, len(blocks))
+    return outputs
+
+
+def affine_maps_backward(
+    x: Any, weights: Sequence[Any], d_ys: Sequence[Any], bias: bool, input_grad: bool = True
+) -> tuple[Any, list[Any], list[Any] | None]:
+    """Adjoint of :func:`affine_maps`: ``(d_x (N, in) or None, [d_W_i (out_i, in)], [d_b_i
+    (out_i,)] or None without bias)`` from ``d_ys[i] (N, out_i)``.
+
+    Per block of rows, ``D = [d_y_1 | ... | d_y_M] (B, sum out_i)``: ``d_x = D [W_1; ...;
+    W_M]`` (B1 of F1) and ``D^T [x | 1] = [d_W | d_b]`` (B1, and B2 of F2: the adjoint of
+    broadcasting over rows is the sum over rows), the latter summed over the blocks in
+    block order. ``N = 0`` gives zero gradients.
+    """
+    xp = get_array_module(x, *d_ys)
+    n, width = x.shape
+    sizes = [weight.shape[0] for weight in weights]
+    stacked_weight = weights[0] if len(weights) == 1 else xp.concatenate(weights)  # (sum, in)
+    d_x = xp.empty_like(x) if input_grad else None
+    blocks = row_blocks(xp, n, ROW_BLOCK)
+
+    def block(j: int) -> Any:
+        rows = blocks[j]
+        d_y = d_ys[0][rows] if len(d_ys) == 1 else xp.concatenate([d[rows] for d in d_ys], 1)
+        if input_grad:
+            xp.matmul(d_y, stacked_weight, out=d_x[rows])  # (B, sum) @ (sum, in)
+        inputs = with_ones(x[rows]) if bias else x[rows]  # (B, in [+ 1])
+        return d_y.T @ inputs  # (sum, B) @ (B, in [+ 1]): [d_W | d_b]
+
+    parts = map_blocks(block, len(blocks))
+    if parts:
+        total = sum_in_order(parts)
+    else:
+        total = xp.zeros((sum(sizes), width + bias), dtype=stacked_weight.dtype)
+    pieces = [total[start:stop] for start, stop in itertools.pairwise(np.cumsum([0, *sizes]))]
+    d_weights = [xp.ascontiguousarray(piece[:, :width]) for piece in pieces]
+    d_biases = [xp.ascontiguousarray(piece[:, width]) for piece in pieces] if bias else None
+    return d_x, d_weights, d_biases
+
+
+def with_ones(values: Any) -> Any:
+    """``[values | 1]`` ``(B, F + 1)``: one product with it gives ``A^T values`` and the
+    column sums ``A^T 1`` together (and, transposed, their adjoint), without a separate
+    pass."""
+    xp = get_array_module(values)
+    out = xp.empty((values.shape[0], values.shape[1] + 1), dtype=values.dtype)
+    out[:, :-1] = values
+    out[:, -1] = 1
+    return out
 
 
 class LinearCache(NamedTuple):
@@ -84,13 +161,9 @@ class Linear:
     def forward(self, params: dict[str, Any], x: Any) -> tuple[Any, LinearCache]:
         """``y = x W^T + b``: x (N, in) -> y (N, out), and the cache."""
         check_block_inputs(params, self.param_shapes(), "Linear", x, self.in_features)
-        weight = params["W"]
-        # F1 the linear map
-        y = x @ weight.T  # (N, in) @ (in, out) -> (N, out)
-        if self.bias:
-            # F2 the bias, broadcast over rows
-            y = y + params["b"]  # (N, out) + (out,)
-        return y, LinearCache(x)
+        # F1 the linear map (N, in) @ (in, out) -> (N, out), F2 the bias broadcast over rows
+        biases = [params["b"]] if self.bias else None
+        return affine_maps(x, [params["W"]], biases)[0], LinearCache(x)
 
     def backward(
         self, params: dict[str, Any], cache: LinearCache, d_y: Any, input_grad: bool = True
@@ -103,11 +176,9 @@ class Linear:
         x, weight = cache.x, params["W"]
         expected = (x.shape[0], self.out_features)
         check_cotangent(d_y, expected, x.dtype, x)
-        d_params = {}
+        # B2 (of F2) the sum over rows, B1 (of F1) d_x = d_y W, d_W = d_y^T x
+        d_x, d_weights, d_biases = affine_maps_backward(x, [weight], [d_y], self.bias, input_grad)
+        d_params = {"W": d_weights[0]}
         if self.bias:
-            # B2 (of F2) the adjoint of broadcasting over rows is the sum over rows
-            d_params["b"] = d_y.sum(axis=0)  # (out,)
-        # B1 (of F1)
-        d_x = d_y @ weight if input_grad else None  # (N, out) @ (out, in) -> (N, in)
-        d_params["W"] = d_y.T @ x  # (out, N) @ (N, in) -> (out, in)
+            d_params["b"] = d_biases[0]  # (out,)
         return d_x, {name: d_params[name] for name in params}  # keyed (and ordered) as params

@@ -33,7 +33,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-__all__ = ["map_blocks", "num_threads"]
+from refimpl.backend import backend_name
+
+__all__ = ["map_blocks", "num_threads", "row_blocks", "sum_in_order"]
 
 T = TypeVar("T")
 
@@ -60,9 +62,13 @@ def num_threads() -> int:
 def map_blocks(function: Callable[[int], T], count: int, threads: int | None = None) -> list[T]:
     """``[function(0), ..., function(count - 1)]``, on up to ``threads`` threads (default
     :func:`num_threads`), with BLAS on one thread while they run (on one thread too: a BLAS
-    product's rounding can depend on how many threads split it)."""
+    product's rounding can depend on how many threads split it). One block runs on the
+    calling thread with BLAS as it is: whatever the thread count, it is computed the same
+    way (and the limit, 25 us a call, would dominate small products)."""
     if getattr(_worker, "active", False):  # nested: this thread is one of the pool's
         return [function(j) for j in range(count)]
+    if count == 1:
+        return [function(0)]
     threads = min(num_threads() if threads is None else threads, count)
 
     def run(j: int) -> T:
@@ -79,6 +85,22 @@ def map_blocks(function: Callable[[int], T], count: int, threads: int | None = N
         if pool is None:
             pool = _pools[threads] = ThreadPoolExecutor(threads, thread_name_prefix="refimpl")
         return list(pool.map(run, range(count)))
+
+
+def row_blocks(xp: Any, n: int, size: int) -> list[slice]:
+    """Slices of ``size`` rows covering ``range(n)`` on the host; one slice of all ``n`` rows
+    on a device (where every step is a kernel launch over all rows); none for ``n = 0``."""
+    size = size if backend_name(xp) == "numpy" else max(n, 1)
+    return [slice(start, min(start + size, n)) for start in range(0, n, size)]
+
+
+def sum_in_order(parts: list[Any]) -> Any:
+    """The sum of the blocks' partial results, added in block order (whatever thread made
+    each), into a copy of the first: the rounding depends on the blocks, not the threads."""
+    total = parts[0].copy()
+    for part in parts[1:]:
+        total += part
+    return total
 
 
 def _blas_controller() -> Any:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -10,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from refimpl.backend import asarray, to_numpy
-from refimpl.ops.linear import Linear
+from refimpl.ops import linear
+from refimpl.ops.linear import Linear, affine_maps, affine_maps_backward
 from refimpl.testing import FORWARD_RTOL, GRADCHECK_RTOL, check_gradients, max_relative_error
 from tests.backends import DEVICE_BACKENDS
 from tests.strategies import seeds
@@ -232,3 +235,84 @@ def test_backward_without_input_grad_skips_only_d_x() -> None:
     assert d_x.shape == (5, 4) and skipped is None
     for name in full:
         np.testing.assert_array_equal(partial[name], full[name])
+
+
+# -- several maps at once, in row blocks (affine_maps, as the attention layers use them) --------
+
+
+@contextlib.contextmanager
+def row_block(size: int) -> Iterator[None]:
+    """Run the affine maps in blocks of ``size`` rows (the host default is 4096)."""
+    saved, linear.ROW_BLOCK = linear.ROW_BLOCK, size
+    try:
+        yield
+    finally:
+        linear.ROW_BLOCK = saved
+
+
+def make_maps(n: int, fan_in: int, widths: list[int], seed: int, dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    weights = [rng.standard_normal((w, fan_in)).astype(dtype) for w in widths]
+    biases = [rng.standard_normal(w).astype(dtype) for w in widths]
+    x = rng.standard_normal((n, fan_in)).astype(dtype)
+    d_ys = [rng.standard_normal((n, w)).astype(dtype) for w in widths]
+    return x, weights, biases, d_ys
+
+
+@given(
+    n=st.integers(0, 9),
+    fan_in=st.integers(1, 4),
+    widths=st.lists(st.integers(1, 4), min_size=1, max_size=3),
+    bias=st.booleans(),
+    block=st.integers(1, 4),
+    seed=seeds(),
+)
+def test_several_maps_in_row_blocks_match_the_naive_loops(n, fan_in, widths, bias, block, seed):
+    # Each map alone is the naive loop; d_x sums the maps' terms; d_W, d_b are each map's.
+    x, weights, biases, d_ys = make_maps(n, fan_in, widths, seed)
+    with row_block(block):
+        outputs = affine_maps(x, weights, biases if bias else None)
+        d_x, d_weights, d_biases = affine_maps_backward(x, weights, d_ys, bias)
+    expected_d_x = np.zeros_like(x)
+    for i, (weight, b) in enumerate(zip(weights, biases, strict=True)):
+        y_naive, naive_backward = naive_linear(x, weight, b if bias else None)
+        d_x_naive, d_w_naive, d_b_naive = naive_backward(d_ys[i])
+        expected_d_x += d_x_naive
+        assert outputs[i].shape == (n, widths[i]) and outputs[i].flags.c_contiguous
+        assert max_relative_error(outputs[i], y_naive) <= F64
+        assert max_relative_error(d_weights[i], d_w_naive) <= F64
+        if bias:
+            assert max_relative_error(d_biases[i], d_b_naive) <= F64
+    assert (d_biases is None) == (not bias)
+    assert max_relative_error(d_x, expected_d_x) <= F64
+
+
+def test_without_input_grad_the_maps_give_only_the_weight_gradients() -> None:
+    x, weights, _, d_ys = make_maps(5, 3, [2, 4], seed=3)
+    d_x, d_weights, _ = affine_maps_backward(x, weights, d_ys, bias=True, input_grad=False)
+    assert d_x is None
+    np.testing.assert_array_equal(d_weights[1], affine_maps_backward(x, weights, d_ys, True)[1][1])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_blocked_maps_do_not_depend_on_the_thread_count(monkeypatch, dtype) -> None:
+    # 3 blocks of 1024 rows: the gradients' partial sums are added in block order whatever
+    # thread made them, and BLAS runs on one thread inside every block.
+    x, weights, biases, d_ys = make_maps(2500, 64, [64, 64, 64], seed=4, dtype=dtype)
+    results = []
+    for threads in ("1", "2", "3"):
+        monkeypatch.setenv("REFIMPL_NUM_THREADS", threads)
+        with row_block(1024):
+            outputs = affine_maps(x, weights, biases)
+            results.append(
+                [*outputs, *flat_gradients(affine_maps_backward(x, weights, d_ys, True))]
+            )
+    for other in results[1:]:
+        for a, b in zip(results[0], other, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def flat_gradients(gradients: tuple) -> list:
+    """The backward's arrays as one flat list: d_x, the d_W, the d_b."""
+    d_x, d_weights, d_biases = gradients
+    return [d_x, *d_weights, *d_biases]

@@ -66,3 +66,10 @@ def test_thread_count_comes_from_the_environment(monkeypatch, environment, expec
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
     assert num_threads() == expected
+
+
+def test_one_block_runs_on_the_calling_thread_with_blas_as_it_is() -> None:
+    caller = threading.current_thread().name
+    assert map_blocks(lambda j: (threading.current_thread().name, blas_threads()), 1, 2) == [
+        (caller, blas_threads())
+    ]
