@@ -7,6 +7,9 @@
   peak memory and thread count are its own); the child prints its JSON result as the
   last line of its stdout. A child that fails raises :class:`ChildFailed`, which
   keeps the child's stderr.
+- :func:`cpu_jiffies` and :func:`stolen_fraction`: the share of CPU time the hypervisor
+  took from this (virtual) machine over a span, from ``/proc/stat`` (Linux): on a shared
+  host, wall times swing with it.
 - :func:`reset_peak_rss` clears the kernel's peak mark through ``/proc/self/clear_refs``
   and returns the current resident size; ``status_mb("VmHWM")`` afterwards is the
   peak since the reset, so ``status_mb("VmHWM") - baseline`` is what a step added.
@@ -54,6 +57,24 @@ def median_seconds(
             sync()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def cpu_jiffies() -> tuple[int, int] | None:
+    """``(stolen, total)`` CPU time of all CPUs so far, in jiffies, from ``/proc/stat``'s
+    ``cpu`` line (its eighth field is ``steal``); None where there is no such file."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = [int(value) for value in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])
+
+
+def stolen_fraction(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """The share of CPU time stolen between two :func:`cpu_jiffies` readings (None unknown)."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
 
 
 # -- child processes ---------------------------------------------------------------------------

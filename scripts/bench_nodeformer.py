@@ -22,7 +22,9 @@ at large N). Memory: the peak resident memory above the process's resident
 memory once the inputs, graph and parameters are built (Linux: the peak mark is
 reset through ``/proc/self/clear_refs``), so it includes the structures the
 first step builds and caches on the graph (self-loops, segments, sparse
-matrices). Prints a table and the goals (issue 6):
+matrices). Stolen: the share of the machine's CPU time that the hypervisor took
+during our steps (``/proc/stat``; ``ours_stolen`` in the JSON, None off Linux), since
+on a shared virtual machine wall times swing with it. Prints a table and the goals (issue 6):
 
 1. time is linear: the least-squares log-log slope of ``ours_s`` over the N run
    in ``[1e4, 1e6]`` is at most 1.1;
@@ -44,7 +46,14 @@ import sys
 from typing import TYPE_CHECKING
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # scripts/: shared helpers
-from bench_common import median_seconds, reset_peak_rss, run_child, status_mb
+from bench_common import (
+    cpu_jiffies,
+    median_seconds,
+    reset_peak_rss,
+    run_child,
+    status_mb,
+    stolen_fraction,
+)
 
 if TYPE_CHECKING:
     from refimpl.nn.nodeformer import NodeFormerConv
@@ -108,8 +117,10 @@ def run_ours(n: int, dtype: str, repeats: int) -> dict:
         _, cache = layer.forward(params, x, graph, training=True, rng=rng)
         layer.backward(params, cache, d_out, input_grad=True)
 
+    before = cpu_jiffies()
     seconds = median_seconds(step, repeats, warmup=1)
-    return {"s": seconds, "peak_mb": status_mb("VmHWM") - baseline}
+    stolen = stolen_fraction(before, cpu_jiffies())
+    return {"s": seconds, "peak_mb": status_mb("VmHWM") - baseline, "stolen": stolen}
 
 
 def run_exact(n: int, dtype: str, repeats: int) -> dict:
@@ -199,10 +210,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
         f"NodeFormerConv d={CHANNELS}, m={FEATURES}, K={SAMPLES}, 1 head, Gumbel training, "
         f"sigmoid relational bias (order 1), E = {DEGREE} N; {args.dtype}, {args.threads} threads"
     )
-    print(f"{'N':>9} {'ours s':>9} {'ours MB':>9} {'exact s':>9} {'exact MB':>9} {'ratio':>7}")
+    print(
+        f"{'N':>9} {'ours s':>9} {'stolen':>7} {'ours MB':>9} {'exact s':>9} {'exact MB':>9} "
+        f"{'ratio':>7}"
+    )
     for n in sizes:
         ours = _child("ours", n, args.dtype, args.threads)
         record = {"n": n, "ours_s": ours["s"], "ours_peak_mb": ours["peak_mb"]}
+        record["ours_stolen"] = ours["stolen"]
         estimate = exact_estimate_bytes(n, itemsize)
         if estimate <= EXACT_LIMIT_BYTES:
             exact = _child("exact", n, args.dtype, args.threads)
@@ -211,11 +226,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
         else:
             tail = f"{'skipped':>9} {f'~{estimate / 1e9:.0f} GB':>9} {'':>7}"
         records.append(record)
-        print(f"{n:>9} {ours['s']:>9.4f} {ours['peak_mb']:>9.0f} {tail}", flush=True)
+        stolen = "?" if ours["stolen"] is None else f"{100 * ours['stolen']:.0f}%"
+        print(f"{n:>9} {ours['s']:>9.4f} {stolen:>7} {ours['peak_mb']:>9.0f} {tail}", flush=True)
     print(
         f"seconds: median of {repeats_for(1)}/{repeats_for(100_000)}/{repeats_for(10**6)} steps "
         f"(N <= 1e4 / <= 1e5 / larger; exact {repeats_for(1, 'exact')}/"
         f"{repeats_for(10**6, 'exact')} for N <= 1e3 / larger) after one warm-up; "
+        "stolen: share of the machine's CPU time the hypervisor took during our steps "
+        "(/proc/stat; wall times swing with it on a shared host); "
         "MB: peak RSS above the inputs; "
         f"ratio = exact / ours; exact skipped where N^2 * {itemsize} B * {EXACT_ARRAYS} > 8 GB"
     )

@@ -99,3 +99,12 @@ def test_bench_gpu_nodeformer_draws_the_projection_as_the_layer_does(monkeypatch
     layer = bench.nodeformer_layer()
     expected = (layer.num_random_features, layer.out_channels, default["projection"])
     assert kinds == [expected] * (3 + 2)  # 3 warm-up steps and 2 timed ones
+
+
+def test_stolen_fraction_is_the_steal_share_of_the_cpu_time(common) -> None:
+    assert common.stolen_fraction((10, 100), (40, 400)) == 0.1
+    assert common.stolen_fraction(None, (40, 400)) is None
+    assert common.stolen_fraction((10, 100), (10, 100)) is None  # no time passed
+    reading = common.cpu_jiffies()
+    if reading is not None:  # Linux: steal is a part of the total
+        assert 0 <= reading[0] <= reading[1]

@@ -28,7 +28,15 @@ def test_tiny_sweep_writes_one_record_per_n(bench, tmp_path, capsys):
     assert [r["n"] for r in records] == [200, 400]  # sorted, as ints
     for record in records:
         # both are far below the 8 GB limit, so exact attention ran beside ours
-        assert set(record) == {"n", "ours_s", "ours_peak_mb", "exact_s", "exact_peak_mb"}
+        assert set(record) == {
+            "n",
+            "ours_s",
+            "ours_peak_mb",
+            "ours_stolen",
+            "exact_s",
+            "exact_peak_mb",
+        }
+        assert record["ours_stolen"] is None or 0.0 <= record["ours_stolen"] <= 1.0
         assert isinstance(record["n"], int)
         for key in ("ours_s", "exact_s"):
             assert isinstance(record[key], float) and record[key] > 0
