@@ -65,9 +65,9 @@ def project(
     """``[f (x W_{name}^T + b_{name}) for each name]`` (``b`` with ``bias``; ``f`` from
     ``factors``, 1 where not given): (N, in) -> [(N, out)], by :func:`affine_maps` with
     ``f W`` and ``f b`` (the factor costs no pass over the rows)."""
-    scaled = list(zip(names, _factors(names, factors), strict=True))
-    weights = [_scaled(params[f"W_{name}"], f) for name, f in scaled]
-    biases = [_scaled(params[f"b_{name}"], f) for name, f in scaled] if bias else None
+    maps = _scaled_maps(names, factors)
+    weights = [_scaled(params[f"W_{name}"], f) for name, f in maps]
+    biases = [_scaled(params[f"b_{name}"], f) for name, f in maps] if bias else None
     return affine_maps(x, weights, biases)
 
 
@@ -85,19 +85,21 @@ def project_backward(
     ``d_params`` with ``W_{name}`` (and ``b_{name}`` with ``bias``) and returns ``d_x (N,
     in)`` (None without ``input_grad``). With the factor ``f``: ``d_W = f d_y^T x``, ``d_b =
     f sum(d_y)``, ``d_x = sum_i d_y_i (f_i W_i)``."""
-    scales = _factors(names, factors)
-    weights = [_scaled(params[f"W_{name}"], f) for name, f in zip(names, scales, strict=True)]
+    maps = _scaled_maps(names, factors)
+    weights = [_scaled(params[f"W_{name}"], f) for name, f in maps]
     flat = [d_y.reshape(d_y.shape[0], -1) for d_y in d_ys]  # (N, out)
     d_x, d_weights, d_biases = affine_maps_backward(x, weights, flat, bias, input_grad)
-    for i, (name, f) in enumerate(zip(names, scales, strict=True)):
+    for i, (name, f) in enumerate(maps):
         d_params[f"W_{name}"] = _scaled(d_weights[i], f)
         if bias:
             d_params[f"b_{name}"] = _scaled(d_biases[i], f)
     return d_x
 
 
-def _factors(names: Sequence[str], factors: Sequence[float]) -> list[float]:
-    return [*factors, *[1.0] * (len(names) - len(factors))]
+def _scaled_maps(names: Sequence[str], factors: Sequence[float]) -> list[tuple[str, float]]:
+    """``(name, factor)`` per map, the factor 1 where ``factors`` runs out."""
+    padded = [*factors, *[1.0] * (len(names) - len(factors))]
+    return list(zip(names, padded, strict=True))
 
 
 def _scaled(array: Any, factor: float) -> Any:

@@ -225,11 +225,11 @@ class NodeFormerConv:
         #    the block skips its checks
         block = KernelizedSoftmax(self.tau)
         gumbel = used.get("gumbel")
+        omega = used["projection"]  # (m, C), shared by the heads
         z = xp.empty((n, heads, c), dtype=x.dtype)
         attention = []
         for h in range(heads):
             g = None if gumbel is None else gumbel[:, h, :]  # (N, K)
-            omega = used["projection"]
             attention.append(block._forward(q[:, h], k[:, h], v[:, h], omega, g, out=z[:, h])[1])
         # F4 relational bias: z_h += sum_j f(b_rel[j-1, h]) A_j v_h (Eq. 8, Alg. 1 line 9)
         operators = ()
