@@ -8,6 +8,13 @@ a random graph with N = 1e6 nodes, 1.1e7 edges and 64 channels, float32, 2 cores
 (~0.1 ms) would cost more than it saves. Every output row is computed by one
 thread exactly as the single product computes it, so the result does not depend
 on the thread count.
+
+The blocks call SciPy's own kernel behind ``A @ X`` (``csr_matvecs``, which adds
+``A X`` into a given output) on their rows of one zeroed output, so no block makes
+an array of its own to be copied in: at the size above, 0.92 s against 1.06 s per
+product (medians of 7, alternating), and 244 MB fewer fresh pages. Where that
+kernel is missing (it is private to SciPy) or the operands' dtypes differ, each
+block makes its product with ``@`` and it is copied in, as before.
 """
 
 from __future__ import annotations
@@ -18,6 +25,11 @@ from typing import Any
 import numpy as np
 
 from refimpl.ops.parallel import map_blocks, num_threads
+
+try:  # Y += A X into a given Y: the kernel of SciPy's own CSR-dense product
+    from scipy.sparse._sparsetools import csr_matvecs as _csr_matvecs
+except ImportError:  # pragma: no cover - a SciPy without it: each block's own product
+    _csr_matvecs = None
 
 __all__ = ["MIN_PARALLEL_WORK", "csr_matmul", "csr_matmul_per_head"]
 
@@ -43,7 +55,15 @@ def csr_matmul(
     indptr = matrix.indptr
     targets = np.linspace(0, matrix.nnz, threads + 1)[1:-1]
     bounds = [0, *np.searchsorted(indptr, targets).tolist(), rows]
-    out = np.empty((rows, *dense.shape[1:]), dtype=np.result_type(matrix.dtype, dense.dtype))
+    dtype = np.result_type(matrix.dtype, dense.dtype)
+    if (
+        _csr_matvecs is not None
+        and dense.ndim == 2
+        and matrix.dtype == dtype
+        and matrix.indices.dtype == indptr.dtype
+    ):
+        return _into_one_output(matrix, np.ascontiguousarray(dense, dtype=dtype), bounds)
+    out = np.empty((rows, *dense.shape[1:]), dtype=dtype)
 
     def block(k: int) -> None:
         first, last = bounds[k], bounds[k + 1]
@@ -55,6 +75,31 @@ def csr_matmul(
         out[first:last] = part @ dense
 
     map_blocks(block, threads, threads)
+    return out
+
+
+def _into_one_output(matrix: Any, dense: np.ndarray, bounds: list[int]) -> np.ndarray:
+    """``matrix @ dense`` with each block of rows ``bounds[k]:bounds[k + 1]`` added by SciPy's
+    kernel into its rows of one zeroed output; ``dense`` C-contiguous, of the matrix's dtype.
+    The block's ``indptr`` slice keeps its absolute offsets into ``indices`` and ``data``."""
+    rows, (inner, columns) = matrix.shape[0], dense.shape
+    out = np.zeros((rows, columns), dtype=dense.dtype)  # the kernel adds into it
+    flat = dense.reshape(-1)
+
+    def block(k: int) -> None:
+        first, last = bounds[k], bounds[k + 1]
+        _csr_matvecs(
+            last - first,
+            inner,
+            columns,
+            matrix.indptr[first : last + 1],
+            matrix.indices,
+            matrix.data,
+            flat,
+            out[first:last].reshape(-1),  # a view: these rows are contiguous
+        )
+
+    map_blocks(block, len(bounds) - 1, len(bounds) - 1)
     return out
 
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from refimpl import Graph
 from refimpl.backend import asarray, backend_name, get_array_module, to_numpy
-from refimpl.nn import kernel_attention
+from refimpl.nn import kernel_attention, nodeformer
 from refimpl.nn.kernel_attention import AllPairSoftmax
 from refimpl.nn.nodeformer import NodeFormerConv
 from refimpl.nn.nodeformer_edge_loss import NodeFormerEdgeLoss
@@ -499,6 +499,22 @@ def test_draw_order_is_projection_then_gumbel(kind: str) -> None:
     np.testing.assert_array_equal(
         partial.noise["gumbel"], -np.log(-np.log(np.random.default_rng(9).random((3, 2, 4))))
     )
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 24, 1000])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gumbel_draws_in_chunks_equal_one_draw(
+    chunk: int, dtype: type, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # chunks of the flat draw (the last one short at 5) give the one-call values, rounded
+    # to dtype once; and the generator ends where one call leaves it
+    monkeypatch.setattr(nodeformer, "_GUMBEL_CHUNK", chunk)
+    rng, replay = np.random.default_rng(3), np.random.default_rng(3)
+    drawn = nodeformer._draw_gumbel(rng, (3, 2, 4), dtype)
+    expected = -np.log(-np.log(replay.random((3, 2, 4))))
+    assert drawn.dtype == dtype
+    np.testing.assert_array_equal(drawn, expected.astype(dtype))
+    assert rng.random() == replay.random()
 
 
 def test_evaluation_draws_no_gumbel_noise() -> None:
