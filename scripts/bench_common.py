@@ -9,7 +9,8 @@
   keeps the child's stderr.
 - :func:`cpu_jiffies` and :func:`stolen_fraction`: the share of CPU time the hypervisor
   took from this (virtual) machine over a span, from ``/proc/stat`` (Linux): on a shared
-  host, wall times swing with it.
+  host, wall times swing with it; :func:`process_cpu_seconds`, this process's CPU time,
+  which stolen time is not part of.
 - :func:`reset_peak_rss` clears the kernel's peak mark through ``/proc/self/clear_refs``
   and returns the current resident size; ``status_mb("VmHWM")`` afterwards is the
   peak since the reset, so ``status_mb("VmHWM") - baseline`` is what a step added.
@@ -57,6 +58,12 @@ def median_seconds(
             sync()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def process_cpu_seconds() -> float:
+    """This process's CPU time so far, user + system over all its threads, in seconds."""
+    times = os.times()
+    return times.user + times.system
 
 
 def cpu_jiffies() -> tuple[int, int] | None:

@@ -24,7 +24,10 @@ reset through ``/proc/self/clear_refs``), so it includes the structures the
 first step builds and caches on the graph (self-loops, segments, sparse
 matrices). Stolen: the share of the machine's CPU time that the hypervisor took
 during our steps (``/proc/stat``; ``ours_stolen`` in the JSON, None off Linux), since
-on a shared virtual machine wall times swing with it. Prints a table and the goals (issue 6):
+on a shared virtual machine wall times swing with it. CPU: our process's CPU time
+per step (user + system over all its threads, the mean over the timed steps;
+``ours_cpu_s``), which the stolen time is not part of: runs on a busy and a quiet
+host can be compared by it. Prints a table and the goals (issue 6):
 
 1. time is linear: the least-squares log-log slope of ``ours_s`` over the N run
    in ``[1e4, 1e6]`` is at most 1.1;
@@ -49,6 +52,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # scripts/: shar
 from bench_common import (
     cpu_jiffies,
     median_seconds,
+    process_cpu_seconds,
     reset_peak_rss,
     run_child,
     status_mb,
@@ -117,10 +121,13 @@ def run_ours(n: int, dtype: str, repeats: int) -> dict:
         _, cache = layer.forward(params, x, graph, training=True, rng=rng)
         layer.backward(params, cache, d_out, input_grad=True)
 
-    before = cpu_jiffies()
-    seconds = median_seconds(step, repeats, warmup=1)
+    step()  # warm-up (builds the graph's caches), outside the CPU and steal windows
+    before, cpu_before = cpu_jiffies(), process_cpu_seconds()
+    seconds = median_seconds(step, repeats, warmup=0)
+    cpu = (process_cpu_seconds() - cpu_before) / repeats
     stolen = stolen_fraction(before, cpu_jiffies())
-    return {"s": seconds, "peak_mb": status_mb("VmHWM") - baseline, "stolen": stolen}
+    peak_mb = status_mb("VmHWM") - baseline
+    return {"s": seconds, "cpu_s": cpu, "peak_mb": peak_mb, "stolen": stolen}
 
 
 def run_exact(n: int, dtype: str, repeats: int) -> dict:
@@ -211,13 +218,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
         f"sigmoid relational bias (order 1), E = {DEGREE} N; {args.dtype}, {args.threads} threads"
     )
     print(
-        f"{'N':>9} {'ours s':>9} {'stolen':>7} {'ours MB':>9} {'exact s':>9} {'exact MB':>9} "
-        f"{'ratio':>7}"
+        f"{'N':>9} {'ours s':>9} {'CPU s':>9} {'stolen':>7} {'ours MB':>9} {'exact s':>9} "
+        f"{'exact MB':>9} {'ratio':>7}"
     )
     for n in sizes:
         ours = _child("ours", n, args.dtype, args.threads)
         record = {"n": n, "ours_s": ours["s"], "ours_peak_mb": ours["peak_mb"]}
-        record["ours_stolen"] = ours["stolen"]
+        record.update(ours_cpu_s=ours["cpu_s"], ours_stolen=ours["stolen"])
         estimate = exact_estimate_bytes(n, itemsize)
         if estimate <= EXACT_LIMIT_BYTES:
             exact = _child("exact", n, args.dtype, args.threads)
@@ -227,13 +234,18 @@ def main(argv: list[str] | None = None) -> list[dict]:
             tail = f"{'skipped':>9} {f'~{estimate / 1e9:.0f} GB':>9} {'':>7}"
         records.append(record)
         stolen = "?" if ours["stolen"] is None else f"{100 * ours['stolen']:.0f}%"
-        print(f"{n:>9} {ours['s']:>9.4f} {stolen:>7} {ours['peak_mb']:>9.0f} {tail}", flush=True)
+        print(
+            f"{n:>9} {ours['s']:>9.4f} {ours['cpu_s']:>9.4f} {stolen:>7} "
+            f"{ours['peak_mb']:>9.0f} {tail}",
+            flush=True,
+        )
     print(
         f"seconds: median of {repeats_for(1)}/{repeats_for(100_000)}/{repeats_for(10**6)} steps "
         f"(N <= 1e4 / <= 1e5 / larger; exact {repeats_for(1, 'exact')}/"
         f"{repeats_for(10**6, 'exact')} for N <= 1e3 / larger) after one warm-up; "
         "stolen: share of the machine's CPU time the hypervisor took during our steps "
         "(/proc/stat; wall times swing with it on a shared host); "
+        "CPU s: our process's CPU time per step, all threads (stolen time is not in it); "
         "MB: peak RSS above the inputs; "
         f"ratio = exact / ours; exact skipped where N^2 * {itemsize} B * {EXACT_ARRAYS} > 8 GB"
     )

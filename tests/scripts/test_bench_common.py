@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import time
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,12 @@ def test_stolen_fraction_is_the_steal_share_of_the_cpu_time(common) -> None:
     reading = common.cpu_jiffies()
     if reading is not None:  # Linux: steal is a part of the total
         assert 0 <= reading[0] <= reading[1]
+
+
+def test_process_cpu_seconds_counts_this_process_work(common) -> None:
+    before = common.process_cpu_seconds()
+    deadline = time.process_time() + 0.05
+    while time.process_time() < deadline:  # busy: CPU time, not sleep
+        pass
+    spent = common.process_cpu_seconds() - before
+    assert 0.04 <= spent < 5.0  # os.times' resolution is 10 ms or finer

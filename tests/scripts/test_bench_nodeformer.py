@@ -31,6 +31,7 @@ def test_tiny_sweep_writes_one_record_per_n(bench, tmp_path, capsys):
         assert set(record) == {
             "n",
             "ours_s",
+            "ours_cpu_s",
             "ours_peak_mb",
             "ours_stolen",
             "exact_s",
@@ -38,7 +39,7 @@ def test_tiny_sweep_writes_one_record_per_n(bench, tmp_path, capsys):
         }
         assert record["ours_stolen"] is None or 0.0 <= record["ours_stolen"] <= 1.0
         assert isinstance(record["n"], int)
-        for key in ("ours_s", "exact_s"):
+        for key in ("ours_s", "ours_cpu_s", "exact_s"):
             assert isinstance(record[key], float) and record[key] > 0
         for key in ("ours_peak_mb", "exact_peak_mb"):
             assert isinstance(record[key], float) and record[key] >= 0
