@@ -26,8 +26,8 @@ matrices). Stolen: the share of the machine's CPU time that the hypervisor took
 during our steps (``/proc/stat``; ``ours_stolen`` in the JSON, None off Linux), since
 on a shared virtual machine wall times swing with it. CPU: our process's CPU time
 per step (user + system over all its threads, the mean over the timed steps;
-``ours_cpu_s``), which the stolen time is not part of: runs on a busy and a quiet
-host can be compared by it. Prints a table and the goals (issue 6):
+``ours_cpu_s``), which the stolen time is not part of: it moves less than the wall
+time between a busy and a quiet host. Prints a table and the goals (issue 6):
 
 1. time is linear: the least-squares log-log slope of ``ours_s`` over the N run
    in ``[1e4, 1e6]`` is at most 1.1;
