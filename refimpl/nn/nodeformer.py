@@ -312,8 +312,7 @@ class NodeFormerConv:
                 omega = draw_projection(rng, m, c, kind=self.projection)
                 used[name] = asarray(omega, backend=backend, dtype=x.dtype)
             else:
-                g = _draw_gumbel(rng, shapes[name], x.dtype)
-                used[name] = asarray(g, backend=backend, dtype=x.dtype)
+                used[name] = asarray(_draw_gumbel(rng, shapes[name], x.dtype), backend=backend)
         return used
 
 

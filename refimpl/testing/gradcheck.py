@@ -229,7 +229,7 @@ def check_gradients(
     if cotangent is None:
         cotangent = xp.asarray(rng.standard_normal(out.shape))
 
-    weights = _STENCILS[stencil]  # {offset in steps: weight}, the difference's / eps
+    weights = _STENCILS[stencil]
     rounding = sum(abs(w) for w in weights.values())  # 1 (two points), 1.5 (four)
     resolution = (
         rounding
