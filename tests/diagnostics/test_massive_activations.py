@@ -88,6 +88,14 @@ def mean_loglik_by_hand(t: np.ndarray, shape: float, loc: float, scale: float) -
     return float(np.mean((shape - 1) * np.log(z) - z - math.lgamma(shape) - math.log(scale)))
 
 
+def loglik_terms_size(t: np.ndarray, shape: float, loc: float, scale: float) -> float:
+    """The mean magnitude of the terms :func:`mean_loglik_by_hand` adds: what rounding in
+    either route is relative to, rather than their (possibly near-zero) mean."""
+    z = (t - loc) / scale
+    parts = np.abs((shape - 1) * np.log(z)) + z + abs(math.lgamma(shape)) + abs(math.log(scale))
+    return float(np.mean(parts))
+
+
 @st.composite
 def activations(draw: st.DrawFn, max_rows: int = 6, max_cols: int = 9) -> np.ndarray:
     """(R, C) arrays, even and odd C; sometimes small integers (ties, zeros, zero medians)."""
@@ -243,10 +251,13 @@ def test_ks_statistic_and_loglik_match_eq_15_16_by_hand(seed: int, size: int, fi
     if not fitted:
         assert params == NULL_GAMMA
     assert result["num_samples"] == size
-    # Widened from RTOL64: mean_loglik sums terms of order 1 to a mean near 0, and
-    # SciPy's gamma CDF and logpdf take other routes than gammainc and lgamma.
+    # Widened from RTOL64: SciPy's gamma CDF takes another route than gammainc.
     assert result["ks_statistic"] == pytest.approx(ks_by_hand(t, *params), rel=1e-10)
-    assert result["mean_loglik"] == pytest.approx(mean_loglik_by_hand(t, *params), rel=1e-10)
+    # mean_loglik adds terms that cancel to a mean near 0 (a near-normal fit has shape ~1e4
+    # and terms ~1e5: seed 154516, size 20 differed by 1.1e-10 of the mean), so the two
+    # routes (SciPy's logpdf, lgamma here) are judged against the terms' size
+    by_hand = mean_loglik_by_hand(t, *params)
+    assert abs(result["mean_loglik"] - by_hand) <= RTOL64 * loglik_terms_size(t, *params)
 
 
 def test_fit_recovers_the_mean_and_variance_of_a_large_gamma_sample() -> None:
