@@ -28,13 +28,19 @@ epochs (seconds; for a smoke test).
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from refimpl.cli.runs import (
+    add_script_run_options,
+    explicit_options,
+    open_script_run,
+    stored_options,
+)
 from refimpl.data import collate, laplacian_pe, synthetic_molecules
 from refimpl.diagnostics import (
     compare_base_trained,
@@ -44,8 +50,10 @@ from refimpl.diagnostics import (
 )
 from refimpl.models import GraphTransformer
 from refimpl.train import GraphTrainConfig, train_graph_model
+from refimpl.train.run_folder import write_json
 
 PE_DIM = 8  # Laplacian eigenvectors (Dwivedi & Bresson use 8 on ZINC)
+OUTPUTS = ("comparison.json", "massive_activations.png")  # what --overwrite removes too
 
 
 def activations(model: GraphTransformer, params: dict, dataset: Any) -> tuple[dict, dict]:
@@ -74,8 +82,7 @@ def flagged_graphs(values: dict, graph_ids: dict, num_graphs: int) -> dict[str, 
     }
 
 
-def main(argv: list[str] | None = None) -> dict:
-    """Run the experiment; returns what ``comparison.json`` holds."""
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--layers", type=int, default=6, help="graph-transformer layers (4-10)")
     parser.add_argument("--hidden", type=int, default=64, help="D")
@@ -86,10 +93,18 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("runs/massive_activations"))
-    parser.add_argument("--resume", action="store_true", help="continue run/checkpoint.npz")
     parser.add_argument("--quick", action="store_true", help="tiny smoke run")
     parser.add_argument("--dpi", type=int, default=72, help="resolution of the plot")
-    args = parser.parse_args(argv)
+    add_script_run_options(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run the experiment; returns what ``comparison.json`` holds."""
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    args.explicit = explicit_options(build_parser, argv)
+    open_script_run(args, "massive_activations", args.out, outputs=OUTPUTS)
     if args.quick:
         args.graphs, args.layers, args.epochs = 200, 4, 3
 
@@ -119,7 +134,8 @@ def main(argv: list[str] | None = None) -> dict:
     # the training run's initial parameters (train_graph_model draws them the same way)
     base_params = model.init_params(np.random.default_rng([config.seed, 0]))
     start = time.perf_counter()
-    resume = args.out / "run" / "checkpoint.npz" if args.resume else None
+    checkpoint = args.out / "run" / "checkpoint.npz"
+    resume = checkpoint if args.resume and checkpoint.is_file() else None
     result = train_graph_model(
         model, train, val, test, config, out_dir=args.out / "run", resume=resume, progress=True
     )
@@ -144,7 +160,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"  {name:<16} {flags['base'][name]:>4} -> {flags['trained'][name]:>4}")
     args.out.mkdir(parents=True, exist_ok=True)
     summary = {
-        "config": vars(args) | {"out": str(args.out)},
+        "config": stored_options(args) | {"out": str(args.out)},
         "training": result.as_dict() | {"seconds": seconds, "constant_test_mae": constant},
         "layers": [
             {
@@ -157,7 +173,7 @@ def main(argv: list[str] | None = None) -> dict:
             for r in records
         ],
     }
-    (args.out / "comparison.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
+    write_json(args.out / "comparison.json", summary)
     path = plot_ratio_distributions(  # the fits of records, not fitted again
         base,
         trained,

@@ -37,6 +37,7 @@ import sys
 import time
 from pathlib import Path
 
+from refimpl.cli.runs import add_script_run_options, explicit_options, open_script_run
 from refimpl.train.experiment import mean_ci95
 from refimpl.train.parallel import run_jobs
 
@@ -168,7 +169,7 @@ def prefix(dataset: str) -> str:
     return "" if dataset == "cora" else f"{dataset}_"
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", default=os.environ.get("REFIMPL_DATA"), help="datasets folder")
     parser.add_argument("--depths", type=int, nargs="+", default=[2, 5, 10, 20, 40])
@@ -185,7 +186,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     parser.add_argument("--workers", type=int, default=os.cpu_count())
     parser.add_argument("--out", type=Path, default=Path("runs/balance"))
+    add_script_run_options(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
     args = parser.parse_args(argv)
+    args.explicit = explicit_options(build_parser, argv)
+    # the run folder first: a resumed run's own options are what the grid is built from
+    open_script_run(args, "reproduce_balance", args.out, outputs=())
     if not args.data:
         parser.error("needs the Planetoid files: --data DIR or REFIMPL_DATA")
     from refimpl.init import INITIALISERS

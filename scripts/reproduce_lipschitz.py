@@ -45,6 +45,7 @@ import sys
 import time
 from pathlib import Path
 
+from refimpl.cli.runs import add_script_run_options, explicit_options, open_script_run
 from refimpl.train.experiment import mean_ci95
 from refimpl.train.parallel import run_jobs
 
@@ -265,7 +266,7 @@ def gradient_report(results: list[dict], out: Path) -> str:
     return "\n".join(lines) + f"\n(heat maps: {out / 'fig2.png'})"
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("experiment", choices=["gradients", "depth", "missing", "trees"])
     parser.add_argument("--data", default=os.environ.get("REFIMPL_DATA"), help="datasets folder")
@@ -280,7 +281,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     parser.add_argument("--workers", type=int, default=os.cpu_count())
     parser.add_argument("--out", type=Path, default=Path("runs/lipschitz"))
+    add_script_run_options(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
     args = parser.parse_args(argv)
+    args.explicit = explicit_options(build_parser, argv)
+    # the run folder first: a resumed run's own options are what the grid is built from
+    open_script_run(args, "reproduce_lipschitz", args.out / args.experiment, outputs=("fig2.png",))
     if args.experiment != "trees" and not args.data:
         parser.error("needs the Planetoid files: --data DIR or REFIMPL_DATA")
     common = {"data": args.data, "dtype": args.dtype}

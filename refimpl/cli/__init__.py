@@ -1,21 +1,50 @@
 """The ``refimpl`` command line: ``demo``, ``train``, ``sweep``, ``plot``, ``golden`` (export or
 verify golden vectors, :mod:`refimpl.interop.golden`) and ``crosscheck`` (another
-implementation's outputs and gradients against ours, :mod:`refimpl.interop.crosscheck`)."""
+implementation's outputs and gradients against ours, :mod:`refimpl.interop.crosscheck`).
+
+Exit codes: 0 done; 1 a check failed or training diverged; 2 bad input (options, files,
+a missing optional dependency, a folder that cannot be written, not enough memory);
+3 an error inside refimpl (a bug: please report it); 130 interrupted (Ctrl-C).
+Every error is one line on stderr; ``REFIMPL_DEBUG=1`` shows the traceback instead.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import zipfile
 from collections.abc import Sequence
+from typing import NoReturn
 
 from refimpl import __version__
 from refimpl.cli import crosscheck, demo, golden, plot, sweep, train
+from refimpl.cli.runs import explicit_options, interrupted_message
 
 __all__ = ["main"]
 
+# What bad input, a bad file or the environment raises on its way in: exit 2, its message.
+BAD_INPUT = (
+    ValueError,
+    TypeError,
+    KeyError,
+    IndexError,
+    OSError,  # FileNotFoundError, FileExistsError, PermissionError, a full disk
+    EOFError,
+    zipfile.BadZipFile,
+    ImportError,  # an optional dependency (CuPy, matplotlib, torch) is missing
+)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error in one line (not the usage of every option first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="refimpl",
         description="Reference implementation of graph attention with hand-written backward "
         "passes and executable theorem checks.",
@@ -29,16 +58,50 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``refimpl`` console script."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 2
+    args.explicit = explicit_options(_parser, argv)
+    prog = f"refimpl {args.command}"
     try:
         return args.run(args)
-    except (ValueError, FileNotFoundError) as err:  # bad input: its message, not a traceback
-        print(f"refimpl {args.command}: error: {err}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(interrupted_message(prog, args), file=sys.stderr)
+        return 130
+    except MemoryError as err:
+        if os.environ.get("REFIMPL_DEBUG"):
+            raise
+        print(
+            f"{prog}: error: out of memory ({err or 'MemoryError'}); try a smaller "
+            "problem, float32 or --batch-size",
+            file=sys.stderr,
+        )
         return 2
+    except BAD_INPUT as err:
+        if os.environ.get("REFIMPL_DEBUG"):
+            raise
+        print(f"{prog}: error: {_one_line(err)}", file=sys.stderr)
+        return 2
+    except Exception as err:  # a bug: still one line, with the way to the traceback
+        if os.environ.get("REFIMPL_DEBUG"):
+            raise
+        print(
+            f"{prog}: internal error: {_one_line(err)}; rerun with REFIMPL_DEBUG=1 for the "
+            "traceback and report it",
+            file=sys.stderr,
+        )
+        return 3
+
+
+def _one_line(err: BaseException) -> str:
+    """The exception's message on one line; its type where the message alone says little."""
+    text = " ".join(str(err).split()) or type(err).__name__
+    if isinstance(err, ValueError | FileNotFoundError | FileExistsError):
+        return text
+    return f"{type(err).__name__}: {text}"
 
 
 if __name__ == "__main__":

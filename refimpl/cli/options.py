@@ -10,6 +10,13 @@ from typing import Any
 
 import numpy as np
 
+from refimpl.cli.types import (
+    fraction,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from refimpl.init import INITIALISERS
 from refimpl.nn.pairnorm import PAIRNORM_MODES
 from refimpl.train import TrainConfig
@@ -37,10 +44,15 @@ def add_data_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--normalize-features", action="store_true", help="row-normalise features (rows sum to 1)"
     )
-    group.add_argument("--split", type=int, default=0, help="Geom-GCN split index 0-9")
+    group.add_argument(
+        "--split",
+        type=non_negative_int,
+        default=None,
+        help="Geom-GCN split index 0-9 (default 0); Planetoid sets have one public split",
+    )
     group.add_argument(
         "--random-split",
-        type=float,
+        type=fraction,
         nargs=3,
         metavar=("TRAIN", "VAL", "TEST"),
         default=None,
@@ -54,7 +66,7 @@ def add_data_options(parser: argparse.ArgumentParser) -> None:
         help="the dataset's graph (default), a symmetrised k-NN graph over the features "
         "(--knn), or no edges (NodeFormer Sec. 4.3)",
     )
-    group.add_argument("--knn", type=int, default=10, help="k of --graph knn")
+    group.add_argument("--knn", type=positive_int, default=10, help="k of --graph knn")
     group.add_argument(
         "--dtype",
         choices=["float32", "float64"],
@@ -74,13 +86,13 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--model", choices=["gat", "nodeformer"], default="gat")
     group.add_argument(
         "--hidden",
-        type=int,
+        type=positive_int,
         default=None,
         help="GAT: channels per head in hidden layers (default 8); NodeFormer: width D (32)",
     )
     group.add_argument(
         "--heads",
-        type=int,
+        type=positive_int,
         nargs="+",
         default=None,
         help="heads: one number for every layer, or one per layer (GAT only); "
@@ -97,8 +109,8 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--activation", choices=["relu", "leaky_relu", "elu", "identity"], default="relu"
     )
-    group.add_argument("--dropout", type=float, default=0.0, help="input dropout of every layer")
-    group.add_argument("--attn-dropout", type=float, default=0.0, help="attention dropout")
+    group.add_argument("--dropout", type=fraction, default=0.0, help="input dropout of every layer")
+    group.add_argument("--attn-dropout", type=fraction, default=0.0, help="attention dropout")
     group.add_argument(
         "--residual",
         action=argparse.BooleanOptionalAction,
@@ -123,19 +135,23 @@ def add_nodeformer_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "NodeFormer (--model nodeformer; defaults: the authors' Cora)"
     )
-    group.add_argument("--random-features", type=int, default=30, help="m of Eq. 4")
-    group.add_argument("--tau", type=float, default=0.25, help="Gumbel-Softmax temperature")
-    group.add_argument("--gumbel-samples", type=int, default=10, help="K of Eq. 7")
+    group.add_argument("--random-features", type=positive_int, default=30, help="m of Eq. 4")
+    group.add_argument(
+        "--tau", type=positive_float, default=0.25, help="Gumbel-Softmax temperature"
+    )
+    group.add_argument("--gumbel-samples", type=positive_int, default=10, help="K of Eq. 7")
     group.add_argument(
         "--gumbel", action=argparse.BooleanOptionalAction, default=True, help="Eq. 7 (else Eq. 5)"
     )
     group.add_argument(
         "--relational-bias", choices=["sigmoid", "identity", "none"], default="sigmoid"
     )
-    group.add_argument("--rb-order", type=int, default=2, help="r of the relational bias")
+    group.add_argument("--rb-order", type=positive_int, default=2, help="r of the relational bias")
     group.add_argument("--rb-powers", choices=["paper", "authors"], default="paper")
     group.add_argument("--qk-scale", choices=["paper", "sqrt_d"], default="paper")
-    group.add_argument("--edge-loss-weight", type=float, default=1.0, help="lambda of Sec. 3.4")
+    group.add_argument(
+        "--edge-loss-weight", type=non_negative_float, default=1.0, help="lambda of Sec. 3.4"
+    )
     group.add_argument("--edge-loss-convention", choices=["paper", "authors"], default="paper")
     group.add_argument("--layer-norm", action=argparse.BooleanOptionalAction, default=True)
     group.add_argument(
@@ -149,12 +165,14 @@ def add_nodeformer_options(parser: argparse.ArgumentParser) -> None:
 def add_training_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("training")
     group.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
-    group.add_argument("--lr", type=float, default=0.005)
-    group.add_argument("--weight-decay", type=float, default=0.0)
-    group.add_argument("--epochs", type=int, default=200)
+    group.add_argument("--lr", type=positive_float, default=0.005)
+    group.add_argument("--weight-decay", type=non_negative_float, default=0.0)
+    group.add_argument(
+        "--epochs", type=positive_int, default=200, help="a resumed run may be given more"
+    )
     group.add_argument(
         "--loss-threshold",
-        type=float,
+        type=positive_float,
         default=None,
         help="stop once the training loss is below this (GAT-balance: 1e-4)",
     )
@@ -163,10 +181,11 @@ def add_training_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--checkpoint-every",
-        type=int,
+        type=non_negative_int,
         default=0,
         metavar="N",
-        help="write checkpoint.npz every N epochs (atomic)",
+        help="write checkpoint.npz every N epochs and at the last (atomic); what --resume "
+        "continues from",
     )
     group.add_argument(
         "--diagnostics",
@@ -176,7 +195,7 @@ def add_training_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--batch-size",
-        type=int,
+        type=positive_int,
         default=None,
         help="random node batches per epoch, each on its induced subgraph (NodeFormer Sec. 4.2)",
     )
@@ -190,7 +209,12 @@ def load_data(name: str, args: argparse.Namespace) -> Any:
     if args.normalize_features and name in (*PLANETOID_NAMES, *GEOM_GCN_NAMES):
         kwargs["normalize_features"] = True
     if name in GEOM_GCN_NAMES:
-        kwargs["split"] = args.split
+        kwargs["split"] = 0 if args.split is None else args.split
+    elif args.split is not None:
+        raise ValueError(
+            f"--split chooses one of a Geom-GCN set's ten splits; {name} has no such splits "
+            "(Planetoid sets have one public split; --random-split draws others)"
+        )
     dataset = load_dataset(name, root=args.data_root, **kwargs)
     if args.graph != "input":
         dataset = replace_graph(dataset, args.graph, args.knn)
@@ -230,10 +254,10 @@ def build_model(args: argparse.Namespace, dataset: Any, num_layers: int) -> Any:
 
     if getattr(args, "model", "gat") == "nodeformer":
         if args.heads is not None and len(args.heads) != 1:
-            raise SystemExit("--model nodeformer takes one --heads value (every layer alike)")
+            raise ValueError("--model nodeformer takes one --heads value (every layer alike)")
         return NodeFormer(
             dataset.num_features,
-            args.hidden or 32,
+            32 if args.hidden is None else args.hidden,
             dataset.num_classes,
             num_layers,
             heads=args.heads[0] if args.heads else 4,
@@ -256,7 +280,7 @@ def build_model(args: argparse.Namespace, dataset: Any, num_layers: int) -> Any:
     heads = heads[0] if len(heads) == 1 else tuple(heads)
     return GAT(
         dataset.num_features,
-        args.hidden or 8,
+        8 if args.hidden is None else args.hidden,
         dataset.num_classes,
         num_layers,
         heads=heads,

@@ -8,11 +8,13 @@ the layer sum of the balancedness ``c`` (GAT-balance Cor 2.4) and the spread of
 from __future__ import annotations
 
 import argparse
-import json
+import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from refimpl.train.run_folder import read_log
 
 __all__ = ["add_parser", "plot_run", "run"]
 
@@ -36,8 +38,18 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
+# what every line of a node-classification log holds (refimpl.train.loop)
+LOG_KEYS = ("epoch", "train_loss", "train_acc", "val_acc", "test_acc", "grad_norms")
+
+
 def _read_log(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
+    """The log's records, with ``null`` (a value that was NaN or infinite) as NaN."""
+    records = read_log(path, required=LOG_KEYS)
+    for record in records:
+        for key in LOG_KEYS[1:5]:
+            if record[key] is None:
+                record[key] = math.nan
+    return records
 
 
 def grad_norm_matrix(
@@ -65,13 +77,15 @@ def plot_run(run_dir: Path, kind: str = "feature") -> list[Path]:
         import matplotlib.pyplot as plt
         from matplotlib.colors import LogNorm
     except ImportError as err:
-        raise SystemExit('refimpl plot needs matplotlib: pip install -e ".[plot]"') from err
+        raise ImportError('refimpl plot needs matplotlib: pip install -e ".[plot]"') from err
     log = run_dir / "log.jsonl"
     if not log.is_file():
-        raise SystemExit(f"{run_dir} has no log.jsonl; pass the directory of a refimpl train run")
+        raise FileNotFoundError(
+            f"{run_dir} has no log.jsonl; pass the directory of a refimpl train run"
+        )
     records = _read_log(log)
     if not records:
-        raise SystemExit(f"{log} is empty")
+        raise ValueError(f"{log} is empty: the run logged no epoch yet")
     epochs = [r["epoch"] for r in records]
 
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))

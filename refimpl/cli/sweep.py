@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
-from pathlib import Path
 from typing import Any
 
 from refimpl.cli.options import (
@@ -19,8 +17,12 @@ from refimpl.cli.options import (
     load_data,
     train_config,
 )
+from refimpl.cli.runs import add_run_folder_options, open_cli_run
+from refimpl.cli.types import non_negative_int, positive_int
+from refimpl.files import atomic_write
 from refimpl.init import INITIALISERS
 from refimpl.train import TrainingDiverged, run_seeds
+from refimpl.train.run_folder import write_json
 
 __all__ = ["add_parser", "format_table", "run"]
 
@@ -31,10 +33,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="grid over depths x inits x seeds x datasets; prints the papers' table layout",
     )
     parser.add_argument("--datasets", nargs="+", default=["csbm"])
-    parser.add_argument("--depths", type=int, nargs="+", default=[2, 5])
+    parser.add_argument("--depths", type=positive_int, nargs="+", default=[2, 5])
     parser.add_argument("--inits", nargs="+", default=["xavier"], choices=sorted(INITIALISERS))
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    parser.add_argument("--out", type=Path, default=None, help="default runs/sweep-<time>")
+    parser.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1])
+    add_run_folder_options(parser, "runs/sweep-<time>")
     add_data_options(parser)
     add_model_options(parser)
     add_nodeformer_options(parser)
@@ -67,7 +69,15 @@ def format_table(cells: list[dict[str, Any]], depths: list[int]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    out = args.out or default_out("sweep")
+    for flag, values in (
+        ("--datasets", args.datasets),
+        ("--depths", args.depths),
+        ("--inits", args.inits),
+        ("--seeds", args.seeds),
+    ):
+        if len(set(values)) != len(values):
+            raise ValueError(f"{flag} must be distinct, got {' '.join(map(str, values))}")
+    out = open_cli_run(args, "sweep", default_out("sweep"))
     cells = []
     for name in args.datasets:
         dataset = load_data(name, args)
@@ -90,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
                         run_dir,
                         progress=not args.no_progress,
                         backend=args.backend,
+                        resume=args.resume is not None,
                     )
                     cell.update(
                         {
@@ -104,8 +115,7 @@ def run(args: argparse.Namespace) -> int:
                 print(f"  done {name} {init} L={depth}")
     table = format_table(cells, args.depths)
     print(table)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "sweep.json").write_text(json.dumps(cells, indent=2) + "\n")
-    (out / "table.txt").write_text(table + "\n")
+    write_json(out / "sweep.json", cells)
+    atomic_write(out / "table.txt", lambda stream: stream.write((table + "\n").encode()))
     print(f"wrote {out}/sweep.json and table.txt")
     return 0

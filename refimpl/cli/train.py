@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 from refimpl.cli.options import (
     add_data_options,
@@ -17,6 +16,8 @@ from refimpl.cli.options import (
     load_data,
     train_config,
 )
+from refimpl.cli.runs import add_run_folder_options, open_cli_run, stored_options
+from refimpl.cli.types import non_negative_int, positive_int
 from refimpl.train import TrainingDiverged, format_summary, run_seeds
 
 __all__ = ["add_parser", "run"]
@@ -27,25 +28,24 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "train",
         help="train a GAT or a NodeFormer (default: a synthetic graph, under a minute)",
         description="Full-batch training with model selection at the best validation "
-        "accuracy; writes log.jsonl, final.npz and summary.json to --out.",
+        "accuracy; writes run.json, log.jsonl, final.npz and summary.json to --out. "
+        "An existing run is never replaced unless --overwrite is given; --resume RUN "
+        "continues it with its own options.",
     )
     parser.add_argument(
         "--dataset",
         default="csbm",
         help="cora, citeseer, pubmed, a Geom-GCN set, karate or csbm (default)",
     )
-    parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--layers", type=positive_int, default=2)
     parser.add_argument(
-        "--out", type=Path, default=None, help="run directory (default runs/train-<time>)"
+        "--seeds",
+        type=non_negative_int,
+        nargs="+",
+        default=[0],
+        help="one run per seed (distinct); several get seed<k>/ subfolders",
     )
-    parser.add_argument(
-        "--resume",
-        type=Path,
-        default=None,
-        metavar="CHECKPOINT",
-        help="continue one run from its checkpoint.npz",
-    )
+    add_run_folder_options(parser, "runs/train-<time>")
     add_data_options(parser)
     add_model_options(parser)
     add_nodeformer_options(parser)
@@ -55,7 +55,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
-    out = args.out or (args.resume.parent if args.resume else default_out("train"))
+    out = open_cli_run(args, "train", default_out("train"))
     dataset = load_data(args.dataset, args)
     print(f"data   {dataset.summary()}")
     if args.random_split is not None:
@@ -63,10 +63,8 @@ def run(args: argparse.Namespace) -> int:
     model = build_model(args, dataset, args.layers)
     print(f"model  {model}")
     config = train_config(args)
-    print(f"train  {config}; seeds {args.seeds}; output {out}")
-    record = {
-        k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "run"
-    }
+    resumed = " (resumed)" if args.resume is not None else ""
+    print(f"train  {config}; seeds {args.seeds}; output {out}{resumed}")
     try:
         summary = run_seeds(
             lambda: build_model(args, dataset, args.layers),
@@ -76,8 +74,8 @@ def run(args: argparse.Namespace) -> int:
             out,
             progress=not args.no_progress,
             backend=args.backend,
-            resume=args.resume,
-            extra=record,
+            resume=args.resume is not None,
+            extra=stored_options(args),
         )
     except TrainingDiverged as err:
         print(f"training diverged: {err}")

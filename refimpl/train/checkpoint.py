@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from refimpl.backend import to_numpy
-from refimpl.files import atomic_write
+from refimpl.files import atomic_write, read_npz
 
 __all__ = ["atomic_savez", "load_checkpoint", "save_checkpoint"]
 
@@ -55,17 +55,87 @@ def save_checkpoint(
 def load_checkpoint(
     path: str | os.PathLike,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Any], dict[str, Any]]:
-    """Read a checkpoint: ``(params, opt_state, rng_state, progress)`` (host arrays)."""
+    """Read a checkpoint: ``(params, opt_state, rng_state, progress)`` (host arrays).
+
+    Read through :func:`refimpl.files.read_npz` (plain arrays only, sizes bounded by the
+    file), and every field checked: parameters are finite floating arrays, optimiser
+    entries numeric arrays, ``rng_state`` a state NumPy's generator accepts, ``progress``
+    an epoch count >= 0 with the best epoch before it. Anything else is one
+    ``ValueError`` naming the file and the field.
+    """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint at {path}; pass the checkpoint.npz of a run")
-    with np.load(path, allow_pickle=False) as archive:
-        names = list(archive.files)
-        missing = {"rng_state", "progress"} - set(names)
-        if missing:
-            raise ValueError(f"{path} is not a refimpl checkpoint (missing {sorted(missing)})")
-        params = {k.removeprefix("param/"): archive[k] for k in names if k.startswith("param/")}
-        opt_state = {k.removeprefix("opt/"): archive[k] for k in names if k.startswith("opt/")}
-        rng_state = json.loads(str(archive["rng_state"]))
-        progress = json.loads(str(archive["progress"]))
-    return params, opt_state, rng_state, progress
+    arrays = read_npz(path, ValueError, _FIX_HINT, what="checkpoint")
+    missing = {"rng_state", "progress"} - set(arrays)
+    if missing:
+        raise ValueError(f"{path} is not a refimpl checkpoint (missing {sorted(missing)})")
+    unknown = sorted(
+        k for k in arrays if k not in ("rng_state", "progress") and not k.startswith(_PREFIXES)
+    )
+    if unknown:
+        raise ValueError(f"{path} is not a refimpl checkpoint (unexpected entries {unknown})")
+    params = {k.removeprefix("param/"): v for k, v in arrays.items() if k.startswith("param/")}
+    opt_state = {k.removeprefix("opt/"): v for k, v in arrays.items() if k.startswith("opt/")}
+    for name, value in params.items():
+        if value.dtype.kind != "f" or not np.isfinite(value).all():
+            raise ValueError(
+                f"{path}: parameter {name} must be a finite floating array, got "
+                f"{value.dtype}{value.shape}{'' if value.dtype.kind != 'f' else ' with NaN/inf'}"
+            )
+    for name, value in opt_state.items():
+        if value.dtype.kind not in "fiu":
+            raise ValueError(f"{path}: optimiser entry {name} has dtype {value.dtype}")
+    rng_state = _json_field(path, arrays, "rng_state")
+    try:  # NumPy checks the state's fields when it is assigned
+        np.random.default_rng().bit_generator.state = rng_state
+    except (TypeError, ValueError, KeyError) as err:
+        raise ValueError(f"{path}: rng_state is not a PCG64 generator state ({err})") from err
+    return (
+        params,
+        opt_state,
+        rng_state,
+        _checked_progress(path, _json_field(path, arrays, "progress")),
+    )
+
+
+_PREFIXES = ("param/", "opt/")
+_FIX_HINT = "pass the checkpoint.npz of a refimpl run"
+
+
+def _json_field(path: Path, arrays: dict[str, np.ndarray], key: str) -> Any:
+    """The JSON text stored as a 0-d string array under ``key``, parsed."""
+    value = arrays[key]
+    if value.shape != () or value.dtype.kind != "U":
+        raise ValueError(f"{path}: {key} must be a 0-d string, got {value.dtype}{value.shape}")
+    try:
+        return json.loads(str(value))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: {key} is not valid JSON ({err})") from err
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _checked_progress(path: Path, progress: Any) -> dict[str, Any]:
+    """``progress`` is ``{"epoch": int >= 0, "best": {"epoch": int, <metric>: number, ...},
+    "train_loss": number}`` with the best epoch before ``epoch`` (-1: none yet)."""
+    best = progress.get("best") if isinstance(progress, dict) else None
+    valid = (
+        isinstance(best, dict)
+        and _is_int(progress.get("epoch"))
+        and progress["epoch"] >= 0
+        and _is_number(progress.get("train_loss"))
+        and _is_int(best.get("epoch"))
+        and -1 <= best["epoch"] < max(progress["epoch"], 0)
+        and all(_is_number(v) for k, v in best.items() if k != "epoch")
+    )
+    if not valid:
+        raise ValueError(
+            f"{path}: progress must be {{'epoch': int >= 0, 'best': {{'epoch': int before it, "
+            f"<metric>: number, ...}}, 'train_loss': number}}, got {progress!r}"
+        )
+    return progress

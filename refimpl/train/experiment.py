@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections.abc import Callable, Sequence
@@ -11,9 +10,11 @@ from typing import Any
 
 from scipy import stats
 
+from refimpl.files import read_npz
 from refimpl.train.loop import RunResult, TrainConfig, train_model
+from refimpl.train.run_folder import read_json, write_json
 
-__all__ = ["format_summary", "mean_ci95", "run_seeds", "summarize"]
+__all__ = ["finished_run", "format_summary", "mean_ci95", "run_seeds", "summarize"]
 
 
 def mean_ci95(values: Sequence[float]) -> tuple[float, float | None]:
@@ -58,30 +59,42 @@ def run_seeds(
     *,
     progress: bool = False,
     backend: str | None = None,
-    resume: str | Path | None = None,
+    resume: bool = False,
     extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train once per seed and summarise; with several seeds each gets ``seed{k}/`` in ``out_dir``.
 
     ``dataset``: a ``NodeDataset``, or a function ``seed -> NodeDataset`` (a split per seed).
 
-    ``resume`` (a checkpoint) applies to a single seed only. ``extra`` is stored
-    in ``summary.json`` under ``"config"`` (what was run, for the record).
+    ``resume``: continue the runs already in ``out_dir`` (opened by
+    :func:`refimpl.train.run_folder.open_run_folder`): a seed that finished is read back
+    (``summary.json`` and ``final.npz``), one with a ``checkpoint.npz`` continues from it,
+    any other starts again (the same seed gives the same run). ``extra`` is stored in
+    ``summary.json`` under ``"config"`` (what was run, for the record).
     """
-    if resume is not None and len(seeds) != 1:
-        raise ValueError("--resume continues one run: give exactly one seed")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(
+            f"seeds must be distinct, got {list(seeds)}: a repeated seed repeats a run"
+        )
+    if resume and out_dir is None:
+        raise ValueError("resume needs the run folder (out_dir) to continue")
     out = Path(out_dir) if out_dir is not None else None
     results = []
     for seed in seeds:
         run_dir = None if out is None else (out if len(seeds) == 1 else out / f"seed{seed}")
         run_config = TrainConfig(**{**config.__dict__, "seed": seed})
+        finished = finished_run(run_dir, run_config) if resume else None
+        if finished is not None:
+            results.append(finished)
+            continue
+        checkpoint = None if run_dir is None else run_dir / "checkpoint.npz"
         results.append(
             train_model(
                 build_model(),
                 dataset(seed) if callable(dataset) else dataset,
                 run_config,
                 out_dir=run_dir,
-                resume=resume,
+                resume=checkpoint if resume and checkpoint.is_file() else None,
                 progress=progress,
                 backend=backend,
             )
@@ -90,9 +103,32 @@ def run_seeds(
     if extra is not None:
         summary["config"] = extra
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        if len(seeds) == 1:  # one folder holds the run and its summary: keep the run's record
+            summary = {**read_json(out / "summary.json"), **summary}
+        write_json(out / "summary.json", summary)
     return summary
+
+
+def finished_run(run_dir: Path, config: TrainConfig) -> RunResult | None:
+    """The result of the run in ``run_dir`` if it finished ``config.epochs`` epochs (or
+    stopped early on its loss threshold); ``None`` if it has to train (on)."""
+    path = run_dir / "summary.json"
+    if not path.is_file() or not (run_dir / "final.npz").is_file():
+        return None
+    record = read_json(path)
+    fields = ("seed", "best_epoch", "val_acc", "test_acc", "epochs_run", "final_train_loss")
+    if "epochs" not in record or any(k not in record for k in fields):
+        raise ValueError(f"{path} is not the summary of a finished run; the run folder is damaged")
+    asked, run = record["epochs"], record["epochs_run"]
+    if asked > config.epochs:
+        raise ValueError(
+            f"{run_dir} finished {asked} epochs, more than the {config.epochs} asked for; "
+            f"pass --epochs {asked} or more"
+        )
+    if asked < config.epochs and run == asked:  # finished the epochs asked then: train on
+        return None
+    values = {k: (math.nan if record[k] is None else record[k]) for k in fields}
+    return RunResult(**values, params=read_npz(run_dir / "final.npz"))
 
 
 def format_summary(summary: dict[str, Any]) -> str:

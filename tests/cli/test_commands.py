@@ -104,10 +104,10 @@ def test_diagnostics_run_is_plotted_with_its_balance(tmp_path: Path, init: str) 
     assert (tmp_path / "balance.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_plot_without_a_log_says_so(tmp_path: Path) -> None:
+def test_plot_without_a_log_says_so(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     pytest.importorskip("matplotlib")
-    with pytest.raises(SystemExit, match=r"no log\.jsonl"):
-        main(["plot", str(tmp_path)])
+    assert main(["plot", str(tmp_path)]) == 2
+    assert re.fullmatch(r"refimpl plot: error: .* has no log\.jsonl; .*\n", capsys.readouterr().err)
 
 
 def test_file_backed_dataset_without_root_says_how_to_fix(

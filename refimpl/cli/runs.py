@@ -1,0 +1,163 @@
+"""Run folders on the command line: ``--out``, ``--resume`` and ``--overwrite`` of ``refimpl train``
+and ``refimpl sweep`` (and the reproduction scripts), and what an interrupted run prints.
+
+A resumed run takes its options from its folder's ``run.json``
+(:mod:`refimpl.train.run_folder`). Options given again beside ``--resume`` are compared with
+the stored ones, which needs to know which options the user actually typed: argparse fills
+in defaults, so :func:`explicit_options` parses the same command line again with every
+default suppressed.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from refimpl.train.run_folder import (
+    find_run_folder,
+    merge_options,
+    open_run_folder,
+    save_run_file,
+)
+
+__all__ = [
+    "OUTPUT_ONLY",
+    "add_run_folder_options",
+    "add_script_run_options",
+    "explicit_options",
+    "interrupted_message",
+    "open_cli_run",
+    "open_script_run",
+    "stored_options",
+]
+
+# Options that change what is written or how long the run goes on, not what an epoch
+# computes: a resumed run takes them from the command line.
+OUTPUT_ONLY = frozenset({"epochs", "no_progress", "checkpoint_every", "data_root", "workers"})
+
+# Never stored: where the run is and how it was opened.
+_NOT_STORED = frozenset({"run", "command", "explicit", "out", "resume", "overwrite", "run_folder"})
+
+
+def add_run_folder_options(parser: argparse.ArgumentParser, default_hint: str) -> None:
+    """``--out``, ``--resume`` and ``--overwrite``."""
+    parser.add_argument(
+        "--out", type=Path, default=None, help=f"run folder (default {default_hint})"
+    )
+    parser.add_argument(
+        "--resume",
+        type=Path,
+        default=None,
+        metavar="RUN",
+        help="continue the run in this folder (or of this checkpoint.npz) with its own "
+        "options; --epochs may extend it, any other option given must match the run's",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the run already in --out (its files only; other files are kept)",
+    )
+
+
+def add_script_run_options(parser: argparse.ArgumentParser) -> None:
+    """``--resume`` and ``--overwrite`` of a script whose run folder is its ``--out``."""
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in --out with its own options (finished runs are skipped); "
+        "any option given must match the run's",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the run already in --out (its files only; other files are kept)",
+    )
+
+
+def explicit_options(
+    build_parser: Callable[[], argparse.ArgumentParser], argv: Sequence[str]
+) -> set[str]:
+    """The destinations of the options typed in ``argv`` (not those left at their default)."""
+    parser = build_parser()
+    _suppress_defaults(parser)
+    return set(vars(parser.parse_args(argv)))
+
+
+def _suppress_defaults(parser: argparse.ArgumentParser) -> None:
+    for action in parser._actions:  # argparse offers no public walk over its actions
+        action.default = argparse.SUPPRESS
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _suppress_defaults(sub)
+
+
+def open_cli_run(args: argparse.Namespace, command: str, default_out: Path) -> Path:
+    """Open the run folder of ``args`` (``--out``, ``--resume RUN``, ``--overwrite``); return it.
+
+    A new run stores its options in ``run.json``. A resumed run sets ``args`` to the
+    stored options, with the output-only ones the user typed (:data:`OUTPUT_ONLY`); an
+    option typed with another value than the run's is a ``ValueError`` naming both.
+    """
+    if args.resume is None:
+        folder = Path(args.out or default_out)
+    else:
+        folder = find_run_folder(args.resume)
+        if args.out is not None and Path(args.out).resolve() != folder.resolve():
+            raise ValueError(
+                f"--out {args.out} is not the folder of the run being resumed ({folder}); "
+                "drop --out, or start a new run there without --resume"
+            )
+    _open(args, command, folder, resume=args.resume is not None)
+    return folder
+
+
+def open_script_run(
+    args: argparse.Namespace, command: str, folder: Path, outputs: Sequence[str] = ()
+) -> None:
+    """:func:`open_cli_run` for a script whose ``--resume`` is a flag: the run is ``folder``.
+
+    ``outputs``: the script's own files (figures, reports) that ``--overwrite`` removes too.
+    """
+    _open(args, command, folder, resume=args.resume, outputs=outputs)
+
+
+def _open(
+    args: argparse.Namespace,
+    command: str,
+    folder: Path,
+    *,
+    resume: bool,
+    outputs: Sequence[str] = (),
+) -> None:
+    given = stored_options(args)
+    explicit = getattr(args, "explicit", set(given))  # without a parsed command line: all
+    record = open_run_folder(
+        folder, command, given, resume=resume, overwrite=args.overwrite, outputs=outputs
+    )
+    if resume:
+        merged = merge_options(record["options"], given, explicit & set(given), OUTPUT_ONLY)
+        for name, value in merged.items():
+            setattr(args, name, value)
+        save_run_file(folder, {**record, "options": merged})
+    args.run_folder = folder
+
+
+def interrupted_message(prog: str, args: argparse.Namespace) -> str:
+    """What an interrupted run prints: where its last checkpoint is and how to resume."""
+    folder: Path | None = getattr(args, "run_folder", None)
+    if folder is None:
+        return f"{prog}: interrupted before a run folder was opened; nothing to resume"
+    checkpoints = sorted(folder.rglob("checkpoint.npz"), key=lambda p: p.stat().st_mtime)
+    where = (
+        f"last checkpoint {checkpoints[-1]}"
+        if checkpoints
+        else "no checkpoint yet (--checkpoint-every N writes them), unfinished seeds start again"
+    )
+    return f"{prog}: interrupted; {where}; resume with: {prog} --resume {folder}"
+
+
+def stored_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The options of ``args`` as a run records them (for ``summary.json``)."""
+    return {k: v for k, v in vars(args).items() if k not in _NOT_STORED}
