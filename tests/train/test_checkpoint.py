@@ -1,0 +1,163 @@
+"""Checkpoints read back only when every field is what the loop wrote: a tampered, truncated or
+foreign file is one message naming the file and the field, never a traceback or a silent run."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from refimpl.cli import main
+from refimpl.data import contextual_sbm
+from refimpl.models import GAT
+from refimpl.train import TrainConfig, load_checkpoint, train_model
+
+RUN = ["train", "--no-progress", "--hidden", "4", "--epochs", "3", "--checkpoint-every", "3"]
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, np.ndarray]:
+    """The arrays of a real checkpoint (three epochs of a small GAT)."""
+    out = tmp_path_factory.mktemp("run")
+    dataset = contextual_sbm(40, 2, np.random.default_rng(0), feature_dim=4)
+    model = GAT(dataset.num_features, 4, dataset.num_classes, 2)
+    train_model(model, dataset, TrainConfig(epochs=3, checkpoint_every=3), out_dir=out)
+    with np.load(out / "checkpoint.npz") as archive:
+        return {k: archive[k] for k in archive.files}
+
+
+def progress_with(**changes: object) -> Callable[[dict], None]:
+    def change(arrays: dict) -> None:
+        progress = json.loads(str(arrays["progress"]))
+        progress.update(changes)
+        arrays["progress"] = np.array(json.dumps(progress))
+
+    return change
+
+
+def drop(key: str) -> Callable[[dict], None]:
+    return lambda arrays: arrays.pop(key)
+
+
+def put(key: str, value: object) -> Callable[[dict], None]:
+    return lambda arrays: arrays.__setitem__(key, np.asarray(value))
+
+
+TAMPERED = {
+    # progress
+    "negative epoch": (progress_with(epoch=-3), r"progress must be"),
+    "float epoch": (progress_with(epoch=1e6), r"progress must be"),
+    "best after epoch": (
+        progress_with(best={"epoch": 7, "val_acc": 0.5, "test_acc": 0.5}),
+        r"progress must be",
+    ),
+    "loss a string": (progress_with(train_loss="low"), r"progress must be"),
+    "progress not json": (put("progress", "{epoch"), r"progress is not valid JSON"),
+    "progress an array": (put("progress", [1, 2]), r"progress must be a 0-d string"),
+    # entries
+    "no progress": (drop("progress"), r"missing \['progress'\]"),
+    "no rng state": (drop("rng_state"), r"missing \['rng_state'\]"),
+    "foreign entry": (put("weights", [1.0]), r"unexpected entries \['weights'\]"),
+    "rng state garbage": (
+        put("rng_state", json.dumps({"bit_generator": "MT19937"})),
+        r"rng_state is not a PCG64",
+    ),
+    "integer parameter": (
+        put("param/layer0.W_s", np.ones((4, 4), np.int64)),
+        r"parameter layer0\.W_s must be a finite floating",
+    ),
+    "nan parameter": (put("param/layer0.W_s", np.full((4, 4), np.nan)), r"with NaN/inf"),
+    "string optimiser entry": (put("opt/step", "3"), r"optimiser entry step has dtype"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TAMPERED))
+def test_a_tampered_checkpoint_is_refused_naming_file_and_field(
+    saved: dict[str, np.ndarray], tmp_path: Path, case: str
+) -> None:
+    # Checkpoint contents were not validated: `epoch: -3` ran, `epoch: 1e6` "finished", missing
+    # keys and wrong types gave tracebacks from deep inside the loop.
+    change, message = TAMPERED[case]
+    arrays = dict(saved)
+    change(arrays)
+    path = tmp_path / "checkpoint.npz"
+    np.savez(path, **arrays)
+    with pytest.raises(ValueError, match=message) as caught:
+        load_checkpoint(path)
+    assert str(path) in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", r"is empty"),
+        (b"not a zip archive at all", r"not a readable \.npz"),
+        (b"PK\x03\x04" + b"\x00" * 40, r"not a readable \.npz"),
+    ],
+    ids=["empty", "text", "zip header only"],
+)
+def test_a_checkpoint_that_is_not_an_npz_is_one_message(
+    tmp_path: Path, content: bytes, message: str
+) -> None:
+    # An empty, truncated or non-zip file gave tracebacks, and a non-zip file NumPy's advice
+    # to load it with allow_pickle (which would run code from the file).
+    path = tmp_path / "checkpoint.npz"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=message) as caught:
+        load_checkpoint(path)
+    assert "allow_pickle" not in str(caught.value)
+
+
+def test_a_truncated_checkpoint_is_one_message(saved: dict, tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.npz"
+    np.savez(path, **saved)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(ValueError, match=re.escape(str(path))):
+        load_checkpoint(path)
+
+
+def test_a_pickled_object_in_a_checkpoint_is_refused_without_running_it(
+    saved: dict, tmp_path: Path
+) -> None:
+    path = tmp_path / "checkpoint.npz"
+    np.savez(path, **{**saved, "opt/step": np.array([{"a": 1}], dtype=object)})
+    with pytest.raises(ValueError, match=re.escape(str(path))):
+        load_checkpoint(path)
+
+
+def test_a_checkpoint_past_the_epochs_asked_for_is_refused(saved: dict, tmp_path: Path) -> None:
+    # `epoch: 1e6` (as an integer) "finished" at once with exit 0.
+    arrays = dict(saved)
+    progress_with(epoch=10**6)(arrays)
+    path = tmp_path / "checkpoint.npz"
+    np.savez(path, **arrays)
+    dataset = contextual_sbm(40, 2, np.random.default_rng(0), feature_dim=4)
+    model = GAT(dataset.num_features, 4, dataset.num_classes, 2)
+    with pytest.raises(ValueError, match=r"is at epoch 1000000, past the 5 epochs asked for"):
+        train_model(model, dataset, TrainConfig(epochs=5), resume=path)
+
+
+def test_a_checkpoint_of_another_optimiser_is_refused(saved: dict, tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.npz"
+    np.savez(path, **saved)
+    dataset = contextual_sbm(40, 2, np.random.default_rng(0), feature_dim=4)
+    model = GAT(dataset.num_features, 4, dataset.num_classes, 2)
+    with pytest.raises(ValueError, match=r"optimiser state does not fit"):
+        train_model(model, dataset, TrainConfig(epochs=5, optimizer="sgd"), resume=path)
+
+
+def test_the_cli_resuming_a_damaged_checkpoint_prints_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    assert main([*RUN, "--out", str(tmp_path)]) == 0
+    (tmp_path / "summary.json").unlink()
+    checkpoint = tmp_path / "checkpoint.npz"
+    checkpoint.write_bytes(checkpoint.read_bytes()[:100])
+    capsys.readouterr()
+    assert main(["train", "--resume", str(tmp_path), "--epochs", "4"]) == 2
+    err = capsys.readouterr().err
+    assert re.fullmatch(r"refimpl train: error: [^\n]*checkpoint\.npz[^\n]*\n", err)
