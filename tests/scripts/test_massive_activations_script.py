@@ -47,3 +47,17 @@ def test_resumed_run_ends_like_an_uninterrupted_one(script, tmp_path):
     assert resumed["layers"] == full["layers"]
     keep = ("best_epoch", "val_metric", "test_metric", "epochs_run", "final_train_loss")
     assert {k: resumed["training"][k] for k in keep} == {k: full["training"][k] for k in keep}
+
+
+def test_a_second_run_into_the_same_out_is_refused_unless_asked(script, tmp_path):
+    # The reproduction scripts wrote a new run over an earlier one in --out.
+    pytest.importorskip("matplotlib")
+    script.main([*TINY, "--epochs", "1", "--out", str(tmp_path)])
+    before = (tmp_path / "comparison.json").read_bytes()
+    with pytest.raises(FileExistsError, match="holds an earlier run"):
+        script.main([*TINY, "--epochs", "2", "--out", str(tmp_path)])
+    assert (tmp_path / "comparison.json").read_bytes() == before
+    with pytest.raises(ValueError, match=r"--hidden 16 differs from the resumed run's 8"):
+        script.main([*TINY[:4], "--hidden", "16", "--out", str(tmp_path), "--resume"])
+    replaced = script.main([*TINY, "--epochs", "2", "--out", str(tmp_path), "--overwrite"])
+    assert replaced["training"]["epochs_run"] == 2

@@ -1,0 +1,37 @@
+"""The grid scripts open their run folder as `refimpl train` does: an earlier run in --out is
+refused unless --resume or --overwrite is given (checked before any data is read)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+
+
+def load(name: str):
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("name", "argv", "folder"),
+    [
+        ("reproduce_balance", [], "."),
+        ("reproduce_lipschitz", ["depth"], "depth"),
+    ],
+)
+def test_a_grid_script_refuses_an_earlier_run_in_out(
+    tmp_path: Path, name: str, argv: list[str], folder: str
+) -> None:
+    # A rerun with other options mixed its jobs into the earlier grid's folder.
+    run = tmp_path / folder
+    run.mkdir(exist_ok=True)
+    (run / "log.jsonl").write_text("{}\n")
+    with pytest.raises(FileExistsError, match=r"pass --resume to continue it, --overwrite"):
+        load(name).main([*argv, "--out", str(tmp_path), "--data", str(tmp_path)])
+    assert (run / "log.jsonl").read_text() == "{}\n"
