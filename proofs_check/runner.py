@@ -1,14 +1,18 @@
 """Run the registered checks, print the table and the errata: the ``python -m proofs_check`` CLI.
 
 Exit status: 0 when every selected check passes and every listed erratum's
-counterexample still shows what it claims, 1 otherwise, 2 for a usage error
-(including an ``--only`` pattern that selects nothing, so a typo cannot pass).
+counterexample still shows what it claims; 1 otherwise (a check that raises is a failed
+check); 2 for bad input: a usage error, an ``--only`` pattern that selects nothing (so a typo
+cannot pass), a ``--json`` path that cannot be written (checked before any check runs), a
+backend that cannot be loaded, not enough memory; 130 when interrupted (Ctrl-C). Every
+error is one line on stderr; ``REFIMPL_DEBUG=1`` shows the traceback instead.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import TextIO
@@ -16,11 +20,15 @@ from typing import TextIO
 from proofs_check import load_checks
 from proofs_check.errata import ERRATA, Erratum, Evidence
 from proofs_check.registry import DEFAULT_CASES, Record, matches, select
-from refimpl.backend import BACKENDS
+from refimpl.backend import BACKENDS, array_module
+from refimpl.cli.errors import OneLineParser, one_line
+from refimpl.cli.types import non_negative_int
+from refimpl.files import atomic_write, check_output_file
 
 __all__ = ["format_errata", "format_table", "main", "run"]
 
 _STATEMENT_WIDTH = 52  # the table stays under ~150 columns
+_PROG = "python -m proofs_check"
 
 
 def run(
@@ -85,8 +93,8 @@ def format_errata(errata: Sequence[tuple[Erratum, Evidence]]) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m proofs_check",
+    parser = OneLineParser(
+        prog=_PROG,
         description="Evaluate every registered theorem check and print the table and errata.",
     )
     parser.add_argument(
@@ -95,10 +103,12 @@ def _parser() -> argparse.ArgumentParser:
         help="run checks (and list errata) whose id contains PATTERN, "
         "or matches it as a glob when it has * ? [",
     )
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument(
+        "--seed", type=non_negative_int, default=0, help="random seed, >= 0 (default 0)"
+    )
     parser.add_argument(
         "--cases",
-        type=int,
+        type=non_negative_int,
         default=DEFAULT_CASES,
         help=f"random cases per check, on top of the fixed adversarial ones "
         f"(default {DEFAULT_CASES})",
@@ -109,27 +119,55 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="array backend (default: the global one, REFIMPL_BACKEND or numpy)",
     )
-    parser.add_argument("--json", metavar="PATH", help="also write the records as a JSON list")
+    parser.add_argument(
+        "--json",
+        metavar="PATH",
+        help="also write the records as a JSON list (its folder must exist)",
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """The CLI; returns the exit status (``__main__`` raises ``SystemExit`` with it)."""
     out = sys.stdout if out is None else out
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if args.cases < 0:
-        parser.error("--cases must be >= 0")
-    records = run(seed=args.seed, cases=args.cases, backend=args.backend, pattern=args.only)
-    errata = [(e, e.evaluate()) for e in ERRATA if matches(e.id, args.only)]
-    if not records and not errata:
-        print(f"no check or erratum id matches {args.only!r}", file=sys.stderr)
+    args = _parser().parse_args(argv)
+    try:
+        return _main(args, out)
+    except KeyboardInterrupt:
+        print(f"{_PROG}: interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
+    except (ValueError, OSError, ImportError, MemoryError) as err:  # bad input, environment
+        if os.environ.get("REFIMPL_DEBUG"):
+            raise
+        print(f"{_PROG}: error: {one_line(err)}", file=sys.stderr)
         return 2
 
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump([r.as_dict() for r in records], handle, indent=2)
-            handle.write("\n")
+
+def _main(args: argparse.Namespace, out: TextIO) -> int:
+    # before minutes of checks: a --json path that cannot be written, a missing backend
+    json_path = None if args.json is None else check_output_file(args.json, "--json file")
+    array_module(args.backend)
+    try:
+        records = run(seed=args.seed, cases=args.cases, backend=args.backend, pattern=args.only)
+        errata = [(e, e.evaluate()) for e in ERRATA if matches(e.id, args.only)]
+    except MemoryError:  # too many --cases for this machine: bad input, not a failed check
+        raise
+    except Exception as err:  # a check that raises has failed, whatever it raised
+        if os.environ.get("REFIMPL_DEBUG"):
+            raise
+        print(
+            f"{_PROG}: error: a check raised {one_line(err)} (a failed check; rerun with "
+            "REFIMPL_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
+        return 1
+    if not records and not errata:
+        print(f"{_PROG}: error: no check or erratum id matches {args.only!r}", file=sys.stderr)
+        return 2
+
+    if json_path is not None:
+        text = json.dumps([r.as_dict() for r in records], indent=2) + "\n"
+        atomic_write(json_path, lambda stream: stream.write(text.encode()))
 
     if records:
         print(format_table(records), file=out)

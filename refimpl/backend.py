@@ -75,11 +75,14 @@ BACKENDS: tuple[str, ...] = tuple(_SPECS)
 
 def _check_name(name: str) -> str:
     if name not in _SPECS:
-        raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+        source = " (from REFIMPL_BACKEND)" if name == os.environ.get("REFIMPL_BACKEND") else ""
+        raise ValueError(f"unknown backend {name!r}{source}; choose one of {', '.join(BACKENDS)}")
     return name
 
 
-_current: str = _check_name(os.environ.get("REFIMPL_BACKEND", "numpy"))
+# checked at first use, not at import: a bad REFIMPL_BACKEND is then one error message that
+# a command line can print, not a traceback from ``import refimpl``
+_current: str = os.environ.get("REFIMPL_BACKEND", "numpy")
 
 
 _loaded: dict[str, ModuleType] = {}  # every array operation asks; import_module costs ~2 us
@@ -106,7 +109,7 @@ def set_backend(name: str) -> None:
 
 def get_backend() -> str:
     """Name of the global backend."""
-    return _current
+    return _check_name(_current)
 
 
 @contextlib.contextmanager
@@ -171,7 +174,7 @@ def get_array_module(*arrays: Any) -> ModuleType:
 def asarray(array: Any, backend: str | None = None, dtype: Any = None) -> Any:
     """Copy or view ``array`` as an array of ``backend`` (explicit host/device move)."""
     source = _owner(array)
-    target = _current if backend is None else _check_name(backend)
+    target = _check_name(_current if backend is None else backend)
     if source is not None and source != target and source != "numpy":
         array = to_numpy(array)  # device -> host first; every backend accepts NumPy input
     return _load(target).asarray(array, dtype=dtype)

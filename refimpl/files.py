@@ -1,36 +1,49 @@
-"""Atomic file writes (a crash or an error mid-write never leaves half a file behind) and the
-one reader of ``.npz`` archives of plain arrays.
+"""Atomic file writes (a crash or an error mid-write never leaves half a file behind), the
+clean-up of what a killed write leaves, and the one reader of ``.npz`` archives of plain arrays.
 
 Every writer of results (checkpoints, ``final.npz``, graph datasets, golden vectors) goes
-through :func:`atomic_write`: the content goes to a temporary file in the target's
-folder (so the final ``os.replace`` is a rename within one file system), is flushed
-and fsynced, gets the permissions a plain ``open`` would give (``0o666`` less the
-umask; ``mkstemp`` creates ``0o600``), and only then replaces the target. On any
-error the temporary file is removed and the previous file, if any, is untouched.
+through :func:`atomic_write`: the content goes to a temporary file ``.{name}.XXXXXXXX.tmp``
+in the target's folder (so the final ``os.replace`` is a rename within one file system), is
+flushed and fsynced, gets the permissions a plain ``open`` would give (``0o666`` less the
+umask; ``mkstemp`` creates ``0o600``), and only then replaces the target. On any error the
+temporary file is removed and the previous file, if any, is untouched; a process killed
+mid-write leaves its temporary file behind, which :func:`remove_stale_temporaries` removes.
 
 Every reader of an ``.npz`` of named arrays written by hand or by another framework
-(``refimpl crosscheck`` files, golden vectors) goes through :func:`read_npz`: plain arrays
-only (``allow_pickle=False``: loading never runs code), every array read at once (a file
-is closed before the caller sees its content), and a message instead of a traceback for a
-missing file, an empty one, a bare ``.npy`` or anything else that is not an ``.npz``.
+(``refimpl crosscheck`` files, golden vectors, dataset archives) goes through :func:`read_npz`:
+plain arrays only (``allow_pickle=False``: loading never runs code), every array read at once
+(a file is closed before the caller sees its content), and a message instead of a traceback
+for a missing file, an empty one, a bare ``.npy`` or anything else that is not an ``.npz``.
+Nothing is allocated on a header's word: every member's ``.npy`` header is read first, and an
+array whose shape and dtype claim more bytes than its member holds, or a member claiming more
+bytes than deflate can make of its compressed size, is refused before any array is read.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
 
-__all__ = ["atomic_write", "read_npz"]
+__all__ = ["atomic_write", "check_output_file", "read_npz", "remove_stale_temporaries"]
 
 
-# what np.load and NpzFile raise for a file that is not an .npz of plain arrays
-_UNREADABLE = (ValueError, OSError, EOFError, zipfile.BadZipFile)
+# what zipfile and numpy.lib.format raise for a file that is not an .npz of plain arrays
+# (zlib.error: a corrupt deflate stream; BadZipFile: a CRC mismatch, a truncated member)
+_UNREADABLE = (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error)
+# deflate emits at most about 1032 bytes per compressed byte (a 258-byte match in 2 bits)
+_MAX_DEFLATE_RATIO = 1100
+_COMPRESSIONS = {zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED}  # the two numpy.savez* write
+# what tempfile.mkstemp puts between atomic_write's prefix and suffix (8 of these characters)
+_TEMPORARY = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp")
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> None:
@@ -38,6 +51,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    # the name matches _TEMPORARY: remove_stale_temporaries finds what a killed write left
     try:
         with os.fdopen(handle, "wb") as stream:
             write(stream)
@@ -50,11 +64,50 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> 
         raise
 
 
+def check_output_file(path: str | os.PathLike, what: str = "output file") -> Path:
+    """``path`` as a ``Path``, checked to be writable by :func:`atomic_write` before any work
+    that ends by writing it: its folder exists and is writable, and it is not a folder.
+
+    Raises ``FileNotFoundError`` for a missing folder (a typo is refused, not created) and
+    ``ValueError`` for a folder given as the file or a folder that cannot be written, each
+    message naming ``what`` and the path.
+    """
+    path = Path(path)
+    folder = path.parent
+    if path.is_dir():
+        raise ValueError(f"{what} {path} is a folder; give a file name, e.g. {path / 'out.json'}")
+    if not folder.is_dir():
+        raise FileNotFoundError(f"no folder {folder} for the {what} {path}; create it first")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"cannot write the {what} {path}: its folder {folder} is not writable")
+    return path
+
+
 def _umask() -> int:
     """The process's umask (reading it means setting it: set it back at once)."""
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
+    """Remove the temporary files of :func:`atomic_write` (``.{name}.XXXXXXXX.tmp``) that a
+    killed process left in ``folder`` itself (not its subfolders); returns them, sorted.
+
+    Only regular files of exactly that pattern go; everything else (other dot-files,
+    symlinks, folders, ``.tmp`` files of other tools with other names) is left alone. The
+    caller owns ``folder``: a write in progress in it from another process would lose its
+    temporary file and fail, so call this before writing, never beside a live writer.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"no folder at {folder} to clean of temporary files")
+    removed = []
+    for entry in sorted(folder.iterdir()):
+        if _TEMPORARY.fullmatch(entry.name) and entry.is_file() and not entry.is_symlink():
+            entry.unlink(missing_ok=True)  # gone already: another clean-up got there first
+            removed.append(entry)
+    return removed
 
 
 def read_npz(
@@ -68,28 +121,88 @@ def read_npz(
 
     Raises ``FileNotFoundError`` (``"no {what} at {path}"``) when there is no such file and
     ``error_type`` when the file is not an ``.npz`` of plain arrays: empty, a bare ``.npy``
-    (a single array, no names), not a zip archive, or holding pickled objects. Each message
-    names the file, says what is wrong and ends with ``fix_hint``.
+    (a single array, no names), not a zip archive, a member that is not an ``.npy`` array,
+    holding pickled objects, compressed otherwise than ``numpy.savez_compressed`` does,
+    encrypted, or with a header that claims more data than its member holds (checked on every
+    member before any array is read, so a forged header cannot make it allocate). Each
+    message names the file, says what is wrong and ends with ``fix_hint``.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no {what} at {path}")
-    if path.stat().st_size == 0:
+    size = path.stat().st_size
+    if size == 0:
         raise error_type(f"{path} is empty, not an .npz archive of plain arrays; {fix_hint}")
+    with path.open("rb") as stream:
+        if stream.read(len(np.lib.format.MAGIC_PREFIX)) == np.lib.format.MAGIC_PREFIX:
+            raise error_type(
+                f"{path} holds a single array (.npy), not an .npz archive of named arrays; "
+                f"{fix_hint}"
+            )
     try:
-        archive = np.load(path, allow_pickle=False)
-    except _UNREADABLE as err:
-        raise error_type(_unreadable(path, err, fix_hint)) from err
-    if not isinstance(archive, np.lib.npyio.NpzFile):
-        raise error_type(
-            f"{path} holds a single array (.npy), not an .npz archive of named arrays; {fix_hint}"
-        )
-    try:
-        with archive:  # arrays are read lazily: read them all while the file is open
-            return {key: archive[key] for key in archive.files}
-    except _UNREADABLE as err:  # a corrupt member, or one holding pickled objects
-        raise error_type(_unreadable(path, err, fix_hint)) from err
+        with zipfile.ZipFile(path) as archive:
+            members = archive.infolist()
+            problem = _check_members(archive, members, size)
+            arrays = {} if problem else _read_members(archive, members)
+    except _UNREADABLE as err:  # not a zip archive, a corrupt member, a malformed header
+        raise error_type(_unreadable(path, str(err), fix_hint)) from err
+    if problem:
+        raise error_type(_unreadable(path, problem, fix_hint))
+    return arrays
 
 
-def _unreadable(path: Path, err: Exception, fix_hint: str) -> str:
-    return f"{path} is not a readable .npz of plain arrays ({err}); {fix_hint}"
+def _read_members(
+    archive: zipfile.ZipFile, members: list[zipfile.ZipInfo]
+) -> dict[str, np.ndarray]:
+    """Every member's array, keyed by its name without ``.npy`` (as ``numpy.load`` does)."""
+    arrays = {}
+    for info in members:
+        with archive.open(info) as member:
+            key = info.filename.removesuffix(".npy")
+            arrays[key] = np.lib.format.read_array(member, allow_pickle=False)
+    return arrays
+
+
+def _check_members(archive: zipfile.ZipFile, members: list[zipfile.ZipInfo], size: int) -> str:
+    """What is wrong with the archive's members ("" when nothing), read from the zip directory
+    and each member's ``.npy`` header only: no array data is read or allocated."""
+    if sum(info.compress_size for info in members) > size:
+        return f"its zip directory claims more compressed data than the file's {size} bytes"
+    for info in members:
+        name = info.filename
+        if info.flag_bits & 0x1:
+            return f"member {name} is encrypted"
+        if info.compress_type not in _COMPRESSIONS:
+            return f"member {name} uses zip compression method {info.compress_type}, not deflate"
+        if info.file_size > _MAX_DEFLATE_RATIO * max(info.compress_size, 1):
+            return (
+                f"member {name} claims {info.file_size} bytes from {info.compress_size} "
+                "compressed, more than deflate can produce"
+            )
+        with archive.open(info) as member:
+            if member.read(len(np.lib.format.MAGIC_PREFIX)) != np.lib.format.MAGIC_PREFIX:
+                return f"member {name} is not a .npy array"
+            member.seek(0)
+            version = np.lib.format.read_magic(member)
+            if version == (1, 0):
+                shape, _, dtype = np.lib.format.read_array_header_1_0(member)
+            elif version == (2, 0):
+                shape, _, dtype = np.lib.format.read_array_header_2_0(member)
+            else:  # 3.0: structured dtypes with non-Latin-1 field names, never a plain array
+                return f"member {name} uses .npy format version {version[0]}.{version[1]}"
+            if dtype.hasobject:
+                return f"member {name} holds pickled Python objects"
+            if any(extent < 0 for extent in shape):
+                return f"member {name} has a negative extent in its shape {shape}"
+            claimed = math.prod(shape) * dtype.itemsize
+            held = info.file_size - member.tell()
+            if claimed > held:
+                return (
+                    f"member {name} claims shape {shape} of {dtype} ({claimed} bytes) but holds "
+                    f"{held} bytes of data"
+                )
+    return ""
+
+
+def _unreadable(path: Path, reason: str, fix_hint: str) -> str:
+    return f"{path} is not a readable .npz of plain arrays ({reason}); {fix_hint}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -204,6 +205,91 @@ def test_table_is_aligned():
     table = runner.format_table(runner.run(cases=0)).splitlines()
     verdict_column = table[0].index("verdict")
     assert all(line[verdict_column:].strip() in {"verdict", "-------", "pass"} for line in table)
+
+
+def run_main(capsys, *argv: str) -> tuple[int, str, str]:
+    """``runner.main(argv)`` with argparse's exit caught: (status, stdout, stderr)."""
+    try:
+        code = runner.main(list(argv))
+    except SystemExit as exited:
+        code = exited.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def one_error_line(err: str) -> str:
+    assert err.startswith("python -m proofs_check: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    return err
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("missing/records.json", "no folder .*missing for the --json file"),
+        (".", "--json file .* is a folder; give a file name"),
+    ],
+)
+def test_proofs_check_json_bad_path_is_refused_before_any_check_runs(
+    monkeypatch, tmp_path, capsys, name, message
+):
+    # --json BADPATH ran every check (minutes), then open() raised with a traceback, before
+    # the table was printed: all that work lost. The one CLI test wrote to a good path.
+    monkeypatch.setattr(runner, "run", lambda **kwargs: pytest.fail("checks ran"))
+    code, out, err = run_main(capsys, "--json", str(tmp_path / name))
+    assert code == 2 and out == ""
+    assert re.search(message, one_error_line(err))
+
+
+def test_proofs_check_json_is_written_atomically(monkeypatch, tmp_path, capsys):
+    # The JSON was written with open(path, "w"): an error mid-write left half a file in place
+    # of the previous records. It goes through atomic_write; an error there is one line.
+    path = tmp_path / "records.json"
+    assert run_main(capsys, "--only", "softmax.rows", "--cases", "0", "--json", str(path))[0] == 0
+    written = path.read_text()
+    assert [r["id"] for r in json.loads(written)] == ["softmax.rows_sum_to_one"]
+
+    def full_disk(target, write):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(runner, "atomic_write", full_disk)
+    code, _, err = run_main(capsys, "--only", "softmax.rows", "--cases", "0", "--json", str(path))
+    assert code == 2 and "No space left on device" in one_error_line(err)
+    assert path.read_text() == written and list(tmp_path.iterdir()) == [path]
+
+
+@pytest.mark.parametrize(
+    ("raised", "code", "message"),
+    [
+        (KeyboardInterrupt(), 130, "interrupted (Ctrl-C)"),
+        (RuntimeError("boom"), 1, "a check raised RuntimeError: boom (a failed check"),
+        (MemoryError(), 2, "error: MemoryError"),
+    ],
+)
+def test_proofs_check_interrupt_and_crash_are_one_line(monkeypatch, capsys, raised, code, message):
+    # Ctrl-C, a check that raised and running out of memory each ended in a traceback.
+    def run(**kwargs):
+        raise raised
+
+    monkeypatch.setattr(runner, "run", run)
+    status, _, err = run_main(capsys, "--cases", "0")
+    assert status == code and message in one_error_line(err)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--cases", "-1"], "argument --cases: must be an integer >= 0, got -1"),
+        (["--seed", "-3"], "argument --seed: must be an integer >= 0, got -3"),
+        (["--seed", "1.5"], "argument --seed: must be an integer, got '1.5'"),
+        (["--backend", "gpu"], "argument --backend: invalid choice: 'gpu'"),
+    ],
+)
+def test_proofs_check_usage_errors_are_one_line(capsys, argv, message):
+    # A negative --seed passed argparse and crashed in numpy's default_rng after the imports;
+    # argparse's own errors printed the whole usage first.
+    code, _, err = run_main(capsys, *argv)
+    assert code == 2 and message in one_error_line(err)
 
 
 # -- errata ---------------------------------------------------------------------------------

@@ -15,10 +15,10 @@ import os
 import sys
 import zipfile
 from collections.abc import Sequence
-from typing import NoReturn
 
 from refimpl import __version__
 from refimpl.cli import crosscheck, demo, golden, plot, sweep, train
+from refimpl.cli.errors import OneLineParser, one_line
 from refimpl.cli.runs import explicit_options, interrupted_message
 
 __all__ = ["main"]
@@ -36,15 +36,8 @@ BAD_INPUT = (
 )
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, with a usage error in one line (not the usage of every option first)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineParser(
         prog="refimpl",
         description="Reference implementation of graph attention with hand-written backward "
         "passes and executable theorem checks.",
@@ -83,25 +76,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BAD_INPUT as err:
         if os.environ.get("REFIMPL_DEBUG"):
             raise
-        print(f"{prog}: error: {_one_line(err)}", file=sys.stderr)
+        print(f"{prog}: error: {one_line(err)}", file=sys.stderr)
         return 2
     except Exception as err:  # a bug: still one line, with the way to the traceback
         if os.environ.get("REFIMPL_DEBUG"):
             raise
         print(
-            f"{prog}: internal error: {_one_line(err)}; rerun with REFIMPL_DEBUG=1 for the "
+            f"{prog}: internal error: {one_line(err)}; rerun with REFIMPL_DEBUG=1 for the "
             "traceback and report it",
             file=sys.stderr,
         )
         return 3
-
-
-def _one_line(err: BaseException) -> str:
-    """The exception's message on one line; its type where the message alone says little."""
-    text = " ".join(str(err).split()) or type(err).__name__
-    if isinstance(err, ValueError | FileNotFoundError | FileExistsError):
-        return text
-    return f"{type(err).__name__}: {text}"
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from refimpl.cli.types import non_negative_float
+
 __all__ = ["add_parser", "run"]
 
 
@@ -36,10 +38,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("file", type=Path, help=".npz with config, param/, input/, output/, grad/")
     parser.add_argument(
         "--rtol",
-        type=float,
+        type=non_negative_float,  # nan would pass every comparison, a negative one none
         default=None,
-        help="relative tolerance for every tensor (default: by dtype, outputs / gradients: "
-        f"{defaults})",
+        help="relative tolerance for every tensor, a finite number >= 0 (0: exact agreement; "
+        f"default: by dtype, outputs / gradients: {defaults})",
     )
     parser.set_defaults(run=run)
 

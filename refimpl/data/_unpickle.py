@@ -82,7 +82,20 @@ class RestrictedUnpickler(pickle.Unpickler):
 
 
 def load_restricted_pickle(path: str | Path) -> Any:
-    """Unpickle ``path`` with ``RestrictedUnpickler`` (latin1, allow-listed globals only)."""
+    """Unpickle ``path`` with ``RestrictedUnpickler`` (latin1, allow-listed globals only).
+
+    Raises ``UnsafePickleError`` for a global outside the allow-list and ``ValueError``
+    naming the file for any other malformed content (truncated, empty, not a pickle, an
+    allowed class called with arguments it refuses).
+    """
     path = Path(path)
     with path.open("rb") as f:
-        return RestrictedUnpickler(f, str(path)).load()
+        try:
+            return RestrictedUnpickler(f, str(path)).load()
+        except UnsafePickleError:
+            raise
+        except Exception as err:  # malformed bytes can make unpickling raise anything
+            raise ValueError(
+                f"{path}: not a readable pickle ({type(err).__name__}: {err}); restore the "
+                "file from its source (check it against SHA256SUMS)"
+            ) from err

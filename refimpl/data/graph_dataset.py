@@ -78,14 +78,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from refimpl.files import atomic_write
+from refimpl.files import atomic_write, read_npz
 from refimpl.graph import Graph
 
 __all__ = [
@@ -435,36 +434,16 @@ def load_graph_dataset(path: str | os.PathLike) -> GraphDataset:
             f"no graph dataset file at {path}; write one with save_graph_dataset or see the "
             "format in refimpl.data.graph_dataset"
         )
-    try:
-        archive = np.load(path, allow_pickle=False)
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as err:
+    hint = "write it with save_graph_dataset; the format is in refimpl.data.graph_dataset"
+    found = read_npz(path, ValueError, hint, what="graph dataset file")
+    missing = [key for key in FILE_KEYS if key not in found]
+    unexpected = sorted(key for key in found if key not in FILE_KEYS)
+    if missing or unexpected:
         raise ValueError(
-            f"{path} is not a NumPy .npz archive ({err}); write it with save_graph_dataset"
-        ) from err
-    if not isinstance(archive, np.lib.npyio.NpzFile):
-        raise ValueError(
-            f"{path} holds a single array (.npy), not an .npz archive of the keys "
-            f"{list(FILE_KEYS)}; write it with save_graph_dataset"
+            f"{path}: missing keys {missing}, unexpected keys {unexpected}; a graph dataset "
+            f"file holds exactly {list(FILE_KEYS)} ({hint})"
         )
-    with archive:
-        present = list(archive.files)
-        missing = [key for key in FILE_KEYS if key not in present]
-        unexpected = sorted(key for key in present if key not in FILE_KEYS)
-        if missing or unexpected:
-            raise ValueError(
-                f"{path}: missing keys {missing}, unexpected keys {unexpected}; a graph dataset "
-                f"file holds exactly {list(FILE_KEYS)} (write it with save_graph_dataset; the "
-                "format is in refimpl.data.graph_dataset)"
-            )
-        arrays = {}
-        for key in FILE_KEYS:
-            try:
-                arrays[key] = archive[key]
-            except ValueError as err:  # an object array under allow_pickle=False
-                raise ValueError(
-                    f"{path}: key {key!r} holds Python objects (a pickled array), which are not "
-                    "read; store numeric arrays, and name/task as np.array(str)"
-                ) from err
+    arrays = {key: found[key] for key in FILE_KEYS}
     version = arrays["format_version"]
     if version.shape != () or version.dtype.kind not in "iu" or int(version) != FORMAT_VERSION:
         raise ValueError(

@@ -60,6 +60,7 @@ from refimpl.interop.pyg_layouts import NEWEST, Entry, detect_gat_v1_layout, lay
 from refimpl.nn import GATConv, TransformerConv
 from refimpl.testing.gradcheck import as_tuple
 from refimpl.testing.tolerances import FORWARD_RTOL, GRADIENT_RTOL
+from refimpl.validation import check_nonnegative_number
 
 __all__ = ["CrosscheckError", "crosscheck", "layer_from_config"]
 
@@ -130,8 +131,11 @@ def layer_from_config(config: dict[str, Any]) -> GATConv | TransformerConv:
 def crosscheck(path: str | Path, rtol: float | None = None) -> tuple[Comparison, list[str]]:
     """Run our layer on the file's inputs and parameters; compare outputs and gradients.
 
-    Returns the comparison and notes (tensors not compared, and why).
+    Returns the comparison and notes (tensors not compared, and why). ``rtol`` must be a
+    finite number >= 0 (a NaN would pass every tensor).
     """
+    if rtol is not None:
+        check_nonnegative_number(rtol, "rtol")
     arrays = read_npz(path, CrosscheckError, "write it with numpy.savez", what="crosscheck file")
     for key in ("config", "input/x", "input/edge_index", "output/out"):
         if key not in arrays:

@@ -79,6 +79,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
 import zipfile
 from collections.abc import Iterable
@@ -297,22 +298,101 @@ def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
             f"{path} has format_version {manifest.get('format_version')!r}; this refimpl "
             f"reads version {FORMAT_VERSION}: re-export with this version"
         )
+    _check_manifest(path, manifest)
+    return manifest
+
+
+_REQUIRED = ("name", "file", "sha256", "class", "config", "forward", "grad_inputs", "arrays")
+
+
+def _check_manifest(path: Path, manifest: dict[str, Any]) -> None:
+    """Every field :func:`verify_golden` and the CLI read, of the type and form export writes:
+    one :class:`GoldenError` line naming the first field that is not."""
+    fix = "re-export the directory"
     cases = manifest.get("cases")
-    required = ("name", "file", "sha256", "class", "config", "forward", "grad_inputs", "arrays")
-    if not isinstance(cases, list) or not all(
-        isinstance(entry, dict) and all(key in entry for key in required) for entry in cases
+    if not isinstance(cases, list) or not cases:
+        # a verification that checks nothing must not pass
+        raise GoldenError(
+            f"{path}: 'cases' must be a list of one or more entries with the fields "
+            f"{', '.join(_REQUIRED)} (an empty list would verify nothing); {fix}"
+        )
+    names = set()
+    for number, entry in enumerate(cases):
+        problem = _entry_problem(entry)
+        if problem:
+            name = entry.get("name") if isinstance(entry, dict) else None
+            raise GoldenError(f"{path}: case {number} ({name!r}) {problem}; {fix}")
+        if entry["name"] in names:
+            raise GoldenError(f"{path}: case {entry['name']!r} is listed twice; {fix}")
+        names.add(entry["name"])
+    for key in ("refimpl_version", "numpy_version", "loss"):
+        if not isinstance(manifest.get(key), str):
+            raise GoldenError(f"{path}: {key!r} must be a string, got {manifest.get(key)!r}; {fix}")
+    tolerances = manifest.get("tolerances")
+    if not isinstance(tolerances, dict) or not all(
+        _is_number(tolerances.get(key)) and tolerances[key] >= 0
+        for key in ("output_rtol", "gradient_rtol")
     ):
         raise GoldenError(
-            f"{path}: 'cases' must be a list of entries with the fields {', '.join(required)}"
+            f"{path}: 'tolerances' must be an object of finite output_rtol and gradient_rtol "
+            f">= 0, got {tolerances!r}; {fix}"
         )
-    for entry in cases:
-        file_name = entry["file"]
-        if not isinstance(file_name, str) or Path(file_name).name != file_name:
-            raise GoldenError(
-                f"{path}: case {entry['name']!r} names the file {file_name!r}; files must be "
-                "plain names inside the directory"
-            )
-    return manifest
+
+
+def _entry_problem(entry: Any) -> str:
+    """What is wrong with one manifest entry, or ""."""
+    if not isinstance(entry, dict) or not all(key in entry for key in _REQUIRED):
+        return f"must be an object with the fields {', '.join(_REQUIRED)}"
+    if not isinstance(entry["name"], str) or not entry["name"]:
+        return "has no name"
+    file_name = entry["file"]
+    if not isinstance(file_name, str) or Path(file_name).name != file_name:
+        return f"names the file {file_name!r}; files must be plain names inside the directory"
+    sha256 = entry["sha256"]
+    if not (isinstance(sha256, str) and len(sha256) == 64 and set(sha256) <= set(_HEX)):
+        return f"has sha256 {sha256!r}, not 64 hexadecimal digits"
+    if not isinstance(entry["class"], str) or not isinstance(entry["config"], dict):
+        return "needs a class name (a string) and a config (an object)"
+    forward = entry["forward"]
+    if not (
+        isinstance(forward, dict)
+        and _is_strings(forward.get("args"))
+        and isinstance(forward.get("array_kwargs"), dict)
+        and _is_strings(list(forward["array_kwargs"].values()))
+        and isinstance(forward.get("kwargs"), dict)
+        and (forward.get("noise_kwarg") is None or isinstance(forward["noise_kwarg"], str))
+    ):
+        return (
+            "has a malformed 'forward': it needs args (a list of keys), array_kwargs (keyword "
+            "-> key), kwargs (an object) and noise_kwarg (a name or null)"
+        )
+    if not _is_strings(entry["grad_inputs"]):
+        return "has a malformed 'grad_inputs': it needs a list of input keys"
+    arrays = entry["arrays"]
+    if not isinstance(arrays, dict) or not all(
+        isinstance(spec, dict)
+        and isinstance(spec.get("dtype"), str)
+        and isinstance(spec.get("shape"), list)
+        and all(_is_int(extent) and extent >= 0 for extent in spec["shape"])
+        for spec in arrays.values()
+    ):
+        return "has a malformed 'arrays': every key needs a shape (sizes >= 0) and a dtype"
+    return ""
+
+
+_HEX = "0123456789abcdef"
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_strings(values: Any) -> bool:
+    return isinstance(values, list) and all(isinstance(value, str) for value in values)
 
 
 def verify_golden(
@@ -389,12 +469,7 @@ def _load_case(directory: Path, entry: dict[str, Any]) -> dict[str, np.ndarray]:
         f"re-export the directory or restore the file (case {name})",
         what="golden file",
     )
-    try:
-        listed = {
-            key: (list(spec["shape"]), str(spec["dtype"])) for key, spec in entry["arrays"].items()
-        }
-    except (AttributeError, KeyError, TypeError) as err:
-        raise GoldenError(f"case {name}: the manifest's 'arrays' is malformed ({err})") from err
+    listed = {key: (spec["shape"], spec["dtype"]) for key, spec in entry["arrays"].items()}
     found = {key: (list(value.shape), str(value.dtype)) for key, value in arrays.items()}
     if found != listed:
         differ = [
@@ -413,8 +488,6 @@ def _load_case(directory: Path, entry: dict[str, Any]) -> dict[str, np.ndarray]:
 
 def _from_json(config: dict[str, Any]) -> dict[str, Any]:
     """Constructor arguments from JSON: lists back to tuples (``GAT(heads=(2, 1))``)."""
-    if not isinstance(config, dict):
-        raise GoldenError(f"a case's config must be a JSON object, got {config!r}")
     return {key: tuple(v) if isinstance(v, list) else v for key, v in config.items()}
 
 

@@ -4,7 +4,10 @@ traceback: 2 for bad input, 1 for a failed check, 3 for a bug, 130 for Ctrl-C.""
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -145,3 +148,18 @@ def test_plot_draws_a_log_with_null_scores(tmp_path: Path) -> None:
     (tmp_path / "log.jsonl").write_text(line % 0 + line % 1)
     assert main(["plot", str(tmp_path)]) == 0
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_bad_refimpl_backend_variable_is_one_line(tmp_path: Path) -> None:
+    # REFIMPL_BACKEND=bogus raised at `import refimpl`, before the CLI could catch anything.
+    code = "import sys; from refimpl.cli import main; sys.exit(main(sys.argv[1:]))"
+    env = {**os.environ, "REFIMPL_BACKEND": "bogus"}
+    argv = ["train", *FAST, "--out", str(tmp_path)]
+    done = subprocess.run(
+        [sys.executable, "-c", code, *argv], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 2
+    assert done.stderr == (
+        "refimpl train: error: unknown backend 'bogus' (from REFIMPL_BACKEND); "
+        "choose one of numpy, cupy, strict\n"
+    )

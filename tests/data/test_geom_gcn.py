@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from refimpl.data import GEOM_GCN_NAMES, NodeDataset, load_geom_gcn
 from refimpl.data.dataset import coalesce
 from tests.data import data_root
+from tests.test_files import forge_header
 
 # name: (N, edges symmetric/dedup/no loops, edges as in file deduplicated, F,
 #        train/val/test of split 0; the same for all 10 splits except the *_filtered ones)
@@ -133,3 +135,146 @@ def test_normalize_features() -> None:
     ds = load_geom_gcn(data_root(), "wisconsin", normalize_features=True)
     sums = ds.x.sum(axis=1)
     assert np.all(np.isclose(sums, 1.0) | (sums == 0))
+
+
+# -- malformed files (no REFIMPL_DATA needed) ------------------------------------------------------
+# A small set laid out like the real one: cornell with 6 nodes (3 features, labels 0..4) and
+# its split 0, and chameleon_filtered's Platonov et al. archive with the same graph.
+FEATURES = "node_id\tfeature\tlabel\n" + "".join(
+    f"{i}\t{','.join('1' if (i + j) % 2 else '0' for j in range(3))}\t{i % 5}\n" for i in range(6)
+)
+EDGES = "node_id\tnode_id\n" + "".join(f"{i}\t{(i + 1) % 6}\n" for i in range(6))
+MASKS = {
+    "train_mask": np.array([1, 1, 0, 0, 0, 0], np.uint8),  # uint8 0/1, as the real files
+    "val_mask": np.array([0, 0, 1, 1, 0, 0], np.uint8),
+    "test_mask": np.array([0, 0, 0, 0, 1, 1], np.uint8),
+}
+
+
+def platonov_arrays() -> dict[str, np.ndarray]:
+    masks = {f"{key}s": np.tile(value.astype(bool), (10, 1)) for key, value in MASKS.items()}
+    return {
+        "node_features": np.eye(6, 3, dtype=np.float32),
+        "node_labels": np.arange(6) % 5,
+        "edges": np.array([[i, (i + 1) % 6] for i in range(6)]),
+        **masks,
+    }
+
+
+def write_small(
+    root: Path,
+    features: str = FEATURES,
+    edges: str = EDGES,
+    masks: dict[str, np.ndarray] | None = None,
+    platonov: dict[str, np.ndarray] | None = None,
+) -> Path:
+    raw = root / "new_data" / "cornell"
+    raw.mkdir(parents=True)
+    (raw / "out1_node_feature_label.txt").write_text(features)
+    (raw / "out1_graph_edges.txt").write_text(edges)
+    (root / "splits").mkdir()
+    np.savez(root / "splits" / "cornell_split_0.6_0.2_0.npz", **(MASKS if masks is None else masks))
+    (root / "platonov2023").mkdir()
+    arrays = platonov_arrays() if platonov is None else platonov
+    np.savez(root / "platonov2023" / "chameleon_filtered.npz", **arrays)
+    return root
+
+
+def refused_with(root: Path, name: str, file_name: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as info:
+        load_geom_gcn(root, name)
+    text = str(info.value)
+    assert file_name in text and "\n" not in text
+
+
+def test_the_small_sets_load(tmp_path: Path) -> None:
+    # The fixture the malformed-file tests change one part of: it must load untouched.
+    root = write_small(tmp_path)
+    for name in ("cornell", "chameleon_filtered"):
+        ds = load_geom_gcn(root, name)
+        assert ds.summary() == f"{name}: N=6 E=12 F=3 classes=5 train/val/test=2/2/2"
+        np.testing.assert_array_equal(ds.y, [0, 1, 2, 3, 4, 0])
+
+
+@pytest.mark.parametrize(
+    ("label", "message"),
+    [
+        ("100000000", r"labels must be class ids 0\.\.4, got range 0\.\.100000000"),
+        ("-1", r"labels must be class ids 0\.\.4, got range -1\.\.4"),
+        ("1e8", "every label must be an integer"),
+        ("1.0", "every label must be an integer"),
+    ],
+)
+def test_geom_gcn_label_of_1e8_is_refused(tmp_path: Path, label: str, message: str) -> None:
+    # num_classes was max(label) + 1: a label of 1e8 made a one-hot of N x 1e8 (68 GiB
+    # for film) downstream, and a float label was truncated. Only the real files were loaded.
+    features = FEATURES.replace("\t0\n", f"\t{label}\n", 1)
+    refused_with(write_small(tmp_path, features=features), "cornell", "out1_node_feature", message)
+
+
+def test_geom_gcn_platonov_float_labels_are_refused(tmp_path: Path) -> None:
+    # node_labels went through astype(int64): 2.7 became class 2 and 1e8 a 1e8-class set.
+    for labels, message in [
+        (np.array([0, 1, 2.7, 3, 4, 0]), "labels must be integer class ids, got float64"),
+        (np.array([0, 1, 10**8, 3, 4, 0]), r"class ids 0\.\.4, got range 0\.\.100000000"),
+    ]:
+        root = tmp_path / message[:12]
+        root.mkdir()
+        write_small(root, platonov={**platonov_arrays(), "node_labels": labels})
+        refused_with(root, "chameleon_filtered", "chameleon_filtered.npz", message)
+
+
+@pytest.mark.parametrize(
+    ("masks", "message"),
+    [
+        ({**MASKS, "val_mask": np.array([0, 0, 0.5, 1, 0, 0])}, "val_mask must be bools or 0/1"),
+        ({**MASKS, "test_mask": np.array([0, 0, 0, 0, 2, 1])}, "test_mask holds values other"),
+        ({**MASKS, "train_mask": np.ones(5, bool)}, r"shape \(6,\), got bool of shape \(5,\)"),
+        ({"train_mask": MASKS["train_mask"]}, "no val_mask, test_mask array"),
+    ],
+)
+def test_geom_gcn_float_masks_are_refused(tmp_path: Path, masks: dict, message: str) -> None:
+    # astype(bool) made 0.5 and 2 members of the split; a missing key was a KeyError.
+    refused_with(write_small(tmp_path, masks=masks), "cornell", "split_0.6_0.2_0.npz", message)
+
+
+@pytest.mark.parametrize(
+    ("features", "edges", "file_name", "message"),
+    [
+        (FEATURES.replace("\t0\n", "\t0\textra\n", 1), EDGES, "node", "line 2: 4 tab-sep"),
+        (FEATURES.replace("1,0,1", "1,nan,1", 1), EDGES, "node", "NaN or infinity"),
+        (FEATURES.replace("1,0,1", "1,0", 1), EDGES, "node", "feature vectors are malformed"),
+        (FEATURES.replace("5\t", "6\t", 1), EDGES, "node", r"node ids are not 0\.\.5"),
+        (FEATURES, EDGES + "1\t2\t3\n", "graph_edges", "not two integer node ids per line"),
+        (FEATURES, EDGES + "1\t2.5\n", "graph_edges", "not two integer node ids per line"),
+        (FEATURES, EDGES + "-1\t2\n", "graph_edges", r"outside 0\.\.5 \(range -1\.\.5\)"),
+        (FEATURES, EDGES + "1\t6\n", "graph_edges", r"outside 0\.\.5 \(range 0\.\.6\)"),
+    ],
+    ids=[
+        "extra-field",
+        "nan-feature",
+        "short-vector",
+        "id-gap",
+        "edge-extra-field",
+        "float-edge",
+        "negative-edge",
+        "edge-past-n",
+    ],
+)
+def test_geom_gcn_extra_columns_are_refused(
+    tmp_path: Path, features: str, edges: str, file_name: str, message: str
+) -> None:
+    # Extra fields were ignored, a node id of -1 wrapped around in the edge keys, and parse
+    # errors named no file: the tests only loaded the real files.
+    root = write_small(tmp_path, features=features, edges=edges)
+    refused_with(root, "cornell", f"out1_{file_name}", message)
+
+
+def test_geom_gcn_npz_with_a_forged_header_is_refused(tmp_path: Path) -> None:
+    # np.load allocated whatever a member's header claimed; the archive now goes through
+    # read_npz, which compares the claim with the member's size first.
+    root = write_small(tmp_path)
+    path = root / "platonov2023" / "chameleon_filtered.npz"
+    forge_header(path, "node_features.npy", (2**40, 3))
+    message = r"member node_features\.npy claims shape \(1099511627776, 3\)"
+    refused_with(root, "chameleon_filtered", "chameleon_filtered.npz", message)

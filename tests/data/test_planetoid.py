@@ -198,3 +198,200 @@ def test_restricted_unpickler_round_trips_allowed_objects(tmp_path: Path) -> Non
     path.write_bytes(pickle.dumps(shutil.copy, protocol=4))
     with pytest.raises(UnsafePickleError, match=r"asks for shutil\.copy"):
         load_restricted_pickle(path)
+
+
+# -- malformed files made only of allowed classes (no REFIMPL_DATA needed) ------------------------
+# A small Planetoid set laid out like the real one: allx 505 nodes (x its first 2; val the
+# next 500, as the public split takes 500), tx 3 test nodes with ids 507, 505, 506 in file
+# order, F = 4 features, C = 3 classes, N = 508, a key per node in the graph dict.
+def tiny_parts(num_nodes: int = 508) -> dict[str, object]:
+    from collections import defaultdict
+
+    rng = np.random.default_rng(0)
+    allx = sp.csr_matrix((rng.random((505, 4)) < 0.5).astype(np.float32))
+    ally = np.eye(3, dtype=np.int32)[np.arange(505) % 3]
+    neighbours = {k: [(k + 1) % num_nodes, (k + 3) % num_nodes] for k in range(num_nodes)}
+    return {
+        "x": allx[:2].tocsr(),
+        "y": ally[:2],
+        "allx": allx,
+        "ally": ally,
+        "tx": sp.csr_matrix(np.eye(3, 4, dtype=np.float32)),  # nnz 3, indptr [0, 1, 2, 3]
+        "ty": np.eye(3, dtype=np.int32),
+        "graph": defaultdict(list, neighbours),
+        "test.index": "507\n505\n506\n",
+    }
+
+
+def write_tiny(folder: Path, name: str = "cora", **changes: object) -> Path:
+    """``folder`` holding ``ind.{name}.*`` of the small set, with ``changes`` (part -> object
+    to pickle, or the file's text or bytes)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for part, value in {**tiny_parts(), **changes}.items():
+        path = folder / f"ind.{name}.{part}"
+        if isinstance(value, str):
+            path.write_text(value)
+        elif isinstance(value, bytes):  # the file's raw content
+            path.write_bytes(value)
+        else:
+            path.write_bytes(pickle.dumps(value, protocol=4))
+    return folder
+
+
+def tampered_tx(**state: object) -> sp.csr_matrix:
+    """The small tx with raw attributes replaced: unpickling restores them unchecked."""
+    matrix = sp.csr_matrix(np.eye(3, 4, dtype=np.float32))
+    for key, value in state.items():
+        setattr(matrix, key, value)
+    return matrix
+
+
+def refused_with(folder: Path, name: str, part: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as info:
+        load_planetoid(folder, name)
+    text = str(info.value)
+    assert f"ind.{name}.{part}" in text and "\n" not in text
+
+
+def test_the_small_set_loads_as_the_real_preprocessing_says(tmp_path: Path) -> None:
+    # The fixture the malformed-file tests change one part of: it must load untouched.
+    ds = load_planetoid(write_tiny(tmp_path), "cora")
+    assert ds.summary() == "cora: N=508 E=2032 F=4 classes=3 train/val/test=2/500/3"
+    np.testing.assert_array_equal(ds.x[[507, 505, 506]], np.eye(3, 4))  # tx row i: id i
+    np.testing.assert_array_equal(ds.y[[507, 505, 506]], [0, 1, 2])
+
+
+def test_the_small_citeseer_pads_its_missing_test_ids(tmp_path: Path) -> None:
+    # Test ids 508, 505, 507 of N = 509 (graph keys 0..508): 506 is padded with zeros.
+    changes = {"graph": tiny_parts(509)["graph"], "test.index": "508\n505\n507\n"}
+    ds = load_planetoid(write_tiny(tmp_path, "citeseer", **changes), "citeseer")
+    assert ds.num_nodes == 509 and not ds.x[506].any() and ds.y[506] == 0
+    np.testing.assert_array_equal(np.flatnonzero(ds.test_mask), [505, 507, 508])
+    np.testing.assert_array_equal(ds.x[[508, 505, 507]], np.eye(3, 4))
+
+
+@pytest.mark.parametrize(
+    ("state", "message"),
+    [
+        ({"indices": np.array([0, 1, 99], np.int32)}, r"column indices outside \[0, 4\)"),
+        ({"indices": np.array([0, -1, 2], np.int32)}, r"outside \[0, 4\) \(range -1\.\.2\)"),
+        ({"indptr": np.array([0, 2, 1, 3], np.int32)}, "not 4 non-decreasing row offsets"),
+        ({"indptr": np.array([1, 1, 2, 3], np.int32)}, "row offsets from 0"),
+        ({"indptr": np.array([0, 1, 2, 2], np.int32)}, "ends at 2 but it holds 3 column"),
+        ({"indptr": np.array([0, 1, 3], np.int32)}, "not 4 non-decreasing"),
+        ({"indices": np.zeros(3)}, "indices/indptr have dtypes float64/int32, not integers"),
+        ({"data": np.ones(3, dtype=np.int64)}, "holds int64 values, not floats"),
+        ({"data": np.array([1, np.nan, 1], np.float32)}, "NaN or infinite values"),
+        ({"data": [1.0, 1.0, 1.0]}, "data is not a 1-D array"),
+        ({"_shape": (3, 4.0)}, r"shape \(3, 4\.0\) is not 2 sizes"),
+        ({"_shape": (3, 10**12)}, r"claims shape 3 x 1000000000000, far more than a file"),
+    ],
+)
+def test_planetoid_csr_with_out_of_range_column_is_refused(
+    tmp_path: Path, state: dict[str, object], message: str
+) -> None:
+    # SciPy's C++ toarray trusts a csr_matrix's raw arrays: an out-of-range or negative
+    # column, or a bad indptr, in a pickle of allowed classes wrote out of bounds and killed
+    # the process (SIGSEGV). The tests only ever loaded the real files or refused foreign
+    # globals; nothing built a well-typed but malformed matrix. (A regression here crashes.)
+    refused_with(write_tiny(tmp_path, tx=tampered_tx(**state)), "cora", "tx", message)
+
+
+@pytest.mark.parametrize(
+    ("test_index", "message"),
+    [
+        ("507\n505\n-1\n", r"test id -1 lies outside \[505, 508\)"),
+        ("507\n505\n508\n", r"test id 508 lies outside \[505, 508\)"),
+        ("507\n505\n3\n", r"test id 3 lies outside"),  # a training node
+        ("507\n505\n505\n", "test ids repeat"),
+        ("507\n505\n", "expected 3 test ids, one per line .* got 2"),
+        ("507\n505\n506.5\n", "not one integer node id per line"),
+    ],
+)
+def test_planetoid_test_index_minus_one_is_refused(
+    tmp_path: Path, test_index: str, message: str
+) -> None:
+    # A test id of -1 wrapped around to the last node, a repeated id silently dropped a test
+    # row, and an id past N raised a bare IndexError: nothing checked test.index's ids.
+    folder = write_tiny(tmp_path, **{"test.index": test_index})
+    refused_with(folder, "cora", "test.index", message)
+
+
+def test_planetoid_citeseer_padding_is_bounded_by_the_graph(tmp_path: Path) -> None:
+    # CiteSeer pads up to its largest test id: an id of 10**9 would allocate a 10**9-row
+    # zero block. The graph dict (a key per node) bounds it.
+    folder = write_tiny(tmp_path, "citeseer", **{"test.index": "507\n505\n1000000000\n"})
+    refused_with(folder, "citeseer", "test.index", r"test id 1000000000 lies outside \[505, 508\)")
+
+
+@pytest.mark.parametrize(
+    ("labels", "message"),
+    [
+        (np.array([[np.nan, 1, 0]] * 3), r"integer one-hot array, got float64"),
+        (np.eye(3, dtype=np.int32)[[0, 0, 0]] * 2, "3 label rows are not one-hot"),
+        (np.array([[1, 1, 0], [0, 1, 0], [0, 0, 1]], np.int32), "first: row 0"),
+        (np.array([[0, 1, 0], [0, 0, 0], [0, 0, 1]], np.int32), "1 label rows .* first: row 1"),
+        (np.ones(3, np.int32), r"got int32 of shape \(3,\)"),
+    ],
+)
+def test_planetoid_nan_onehot_label_is_refused(
+    tmp_path: Path, labels: np.ndarray, message: str
+) -> None:
+    # argmax of a NaN (or all-zero, or doubled) one-hot row is class 0: a corrupt label file
+    # became silently wrong labels. Label files were never checked beyond their type.
+    refused_with(write_tiny(tmp_path, ty=labels), "cora", "ty", message)
+
+
+@pytest.mark.parametrize(
+    ("graph", "message"),
+    [
+        ({0.5: [1]}, "keys must be a flat list of integer node ids"),
+        ({0: [1.0, 2.0]}, "the neighbours of node 0 must be a flat list of integer"),
+        ({0: ["1"]}, "the neighbours of node 0 must be a flat list of integer"),
+        ({0: 3}, "the neighbours of node 0 must be a list of node ids, got int"),
+        ({0: [508]}, r"names nodes outside \[0, 508\)"),
+        ({0: [-1]}, r"names nodes outside \[0, 508\)"),
+    ],
+)
+def test_planetoid_graph_dict_with_float_ids_is_refused(
+    tmp_path: Path, graph: dict, message: str
+) -> None:
+    # A float id was truncated and a string id parsed by np.asarray(v, dtype=int64): a
+    # malformed graph file became a different graph, and its errors named no file.
+    refused_with(write_tiny(tmp_path, graph=graph), "cora", "graph", message)
+
+
+def test_planetoid_files_of_different_sizes_are_refused(tmp_path: Path) -> None:
+    # Mismatched files raised SciPy's "inconsistent shapes" or NumPy's broadcast errors,
+    # naming no file; the real files always agreed, so no test saw it.
+    wide = sp.csr_matrix(np.eye(3, 5, dtype=np.float32))
+    with pytest.raises(ValueError, match=r"ind\.cora\.\{x,tx,allx\} disagree .*tx 5"):
+        load_planetoid(write_tiny(tmp_path / "a", tx=wide), "cora")
+    with pytest.raises(ValueError, match=r"ind\.cora\.tx has 3 rows but ind\.cora\.ty 2"):
+        load_planetoid(write_tiny(tmp_path / "b", ty=np.eye(3, dtype=np.int32)[:2]), "cora")
+
+
+class ForgedArray:
+    """Pickles as an int32 ndarray whose state claims 10**12 entries over 16 bytes of data."""
+
+    def __reduce__(self) -> tuple:
+        from refimpl.data._unpickle import _reconstruct
+
+        state = (1, (10**12,), np.dtype("<i4"), False, b"\0" * 16)
+        return _reconstruct, (np.ndarray, (0,), b"b"), state
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", r"not a readable pickle \(EOFError"),
+        (pickle.dumps(np.eye(3, dtype=np.int32), protocol=4)[:-9], "pickle data was truncated"),
+        (pickle.dumps(ForgedArray(), protocol=4), "buffer size does not match array size"),
+    ],
+)
+def test_planetoid_truncated_pickle_is_refused_naming_the_file(
+    tmp_path: Path, content: bytes, message: str
+) -> None:
+    # EOFError, UnpicklingError and NumPy's ValueError came out of pickle's internals with no
+    # file named: the tests only fed whole pickles, or ones naming foreign globals.
+    refused_with(write_tiny(tmp_path, ty=content), "cora", "ty", message)

@@ -5,6 +5,7 @@ through the layer's state-dict layout (twins, keys refimpl has no counterpart fo
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -261,3 +262,32 @@ def test_real_pyg_gatv2_with_shared_weights_and_biases(tmp_path, capsys) -> None
         assert name in printed
     for key in ("lin_l.bias", "lin_r.bias"):
         assert f"note: grad/param/{key}: not compared (refimpl's GATv2 has no projection" in printed
+
+
+@pytest.mark.parametrize(
+    ("rtol", "message"),
+    [
+        ("nan", "argument --rtol: must be a finite number, got nan"),
+        ("inf", "argument --rtol: must be a finite number, got inf"),
+        ("-1", "argument --rtol: must be a finite number >= 0, got -1"),
+        ("1e-3x", "argument --rtol: must be a number, got '1e-3x'"),
+    ],
+)
+def test_crosscheck_rtol_nan_is_refused(rtol, message, parts, tmp_path, capsys) -> None:
+    # --rtol was type=float: nan and -1 were accepted and failed every tensor (`error <= rtol`
+    # is False), inf passed any file. Tests only gave sensible tolerances or none.
+    gat_file(tmp_path / "f.npz", parts)
+    with pytest.raises(SystemExit) as exited:
+        main(["crosscheck", str(tmp_path / "f.npz"), "--rtol", rtol])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert main(["crosscheck", str(tmp_path / "f.npz"), "--rtol", "0"]) == 0  # ours: exact
+
+
+@pytest.mark.parametrize("rtol", [math.nan, -1.0, math.inf])
+def test_crosscheck_function_refuses_a_nan_rtol(rtol, parts, tmp_path) -> None:
+    # The library call had no check either: crosscheck(path, rtol=nan) failed every tensor.
+    gat_file(tmp_path / "f.npz", parts)
+    with pytest.raises(ValueError, match="rtol must be a finite number >= 0"):
+        crosscheck(tmp_path / "f.npz", rtol=rtol)

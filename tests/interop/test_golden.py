@@ -359,3 +359,56 @@ def test_export_refuses_a_non_empty_directory_unless_forced(tmp_path: Path, caps
         "layernorm_node",
     ]
     assert run_cli(capsys, "verify", str(tmp_path))[0] == 0
+
+
+def test_golden_manifest_with_an_empty_case_list_is_refused(copy: Path, capsys) -> None:
+    # `golden verify` of a manifest listing no case printed "PASS: all 0 cases agree" and
+    # exited 0: a verification that checks nothing passed. Every earlier test kept the cases.
+    manifest = manifest_of(copy)
+    manifest["cases"] = []
+    (copy / MANIFEST_NAME).write_text(json.dumps(manifest))
+    code, out, err = run_cli(capsys, "verify", str(copy))
+    assert_refused(code, out, err, "'cases' must be a list of one or more", "verify nothing")
+    assert "PASS" not in out and err.count("\n") == 1
+    with pytest.raises(GoldenError, match="would verify nothing"):
+        verify_golden(copy)
+
+
+def drop(mapping: dict, key: str) -> None:
+    del mapping[key]
+
+
+@pytest.mark.parametrize(
+    ("change", "phrase"),
+    [
+        (lambda m: drop(m, "refimpl_version"), "'refimpl_version' must be a string, got None"),
+        (lambda m: m.update(loss=1), "'loss' must be a string"),
+        (lambda m: m.update(tolerances={"output_rtol": -1}), "'tolerances' must be an object"),
+        (lambda m: m["cases"].append(m["cases"][0]), "is listed twice"),
+        (lambda m: m["cases"].append("gat"), "(None) must be an object with the fields"),
+        (
+            lambda m: m["cases"][1].update(sha256="abc"),
+            "case 1 ('gatconv_v1_mean_no_self_loops') has sha256",
+        ),
+        (lambda m: m["cases"][0].update(forward=[]), "has a malformed 'forward'"),
+        (lambda m: m["cases"][0]["forward"].update(args="x"), "has a malformed 'forward'"),
+        (lambda m: m["cases"][0].update(grad_inputs="input/x"), "malformed 'grad_inputs'"),
+        (lambda m: m["cases"][0].update(config=[1]), "needs a class name"),
+        (
+            lambda m: m["cases"][0]["arrays"]["input/x"].update(shape=[-1, 4]),
+            "has a malformed 'arrays'",
+        ),
+    ],
+)
+def test_golden_manifest_field_of_the_wrong_type_is_refused(
+    copy: Path, capsys, change, phrase: str
+) -> None:
+    # Fields verify reads were trusted: a missing refimpl_version was a KeyError traceback in
+    # the CLI, a list for 'forward' or a negative shape surfaced mid-replay (or not at all),
+    # and a duplicate case name replaced its twin silently. Tests only broke JSON or names.
+    manifest = manifest_of(copy)
+    change(manifest)
+    (copy / MANIFEST_NAME).write_text(json.dumps(manifest))
+    code, out, err = run_cli(capsys, "verify", str(copy))
+    assert_refused(code, out, err, phrase, "re-export the directory")
+    assert err.count("\n") == 1

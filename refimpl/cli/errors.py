@@ -1,0 +1,25 @@
+"""One-line errors for the command lines (``refimpl`` and ``python -m proofs_check``): a usage
+error without the usage of every option first, and an exception's message on one line."""
+
+from __future__ import annotations
+
+import argparse
+from typing import NoReturn
+
+__all__ = ["OneLineParser", "one_line"]
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, with a usage error in one line (not the usage of every option first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def one_line(err: BaseException) -> str:
+    """The exception's message on one line; its type where the message alone says little
+    (an ``ImportError``, a ``KeyError``'s bare key)."""
+    text = " ".join(str(err).split()) or type(err).__name__
+    if isinstance(err, ValueError | FileNotFoundError | FileExistsError):
+        return text
+    return f"{type(err).__name__}: {text}"
