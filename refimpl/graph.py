@@ -7,7 +7,14 @@ Row 0 of ``edge_index`` holds the source ``u`` (``src``), row 1 the target
 
 A ``Graph`` is immutable. Operations (``add_self_loops``, ...) return a new one;
 derived structures (segments for aggregation, the copies on another backend)
-are computed on first use and cached.
+are computed on first use and cached. Its arrays cannot be changed from outside:
+the constructor copies ``edge_index`` once (the caller's array is never
+aliased), and the arrays it hands out are read-only on NumPy and the strict
+stand-in. CuPy arrays have no write flag, so on CuPy ``edge_index`` and
+``edge_index_on`` return a fresh copy on every call and the graph's own device
+array stays private (``Segments.index``, for the aggregation kernels, is a view
+of it: treat it as read-only). Arrays computed on call (``in_degree()``,
+``is_self_loop()``, ...) are new each time and the caller's to change.
 """
 
 from __future__ import annotations
@@ -77,17 +84,19 @@ class Graph:
                     f"edge_index contains node index {high}, out of range for num_nodes="
                     f"{num_nodes}; indices must lie in [0, {num_nodes})"
                 )
-        # A copy (astype copies by default): the caller mutating its array must not
-        # change this immutable graph behind its validation and caches.
-        self._edge_index = xp.ascontiguousarray(edge_index.astype(xp.int64))
+        # One copy (astype copies by default), C-ordered: the caller changing its array
+        # must not change this graph behind its validation and cached segments.
+        self._edge_index = edge_index.astype(xp.int64, order="C")
+        _freeze(self._edge_index)
         self._num_nodes = num_nodes
         self._cache: dict[Any, Any] = {}
 
     # -- basic views ---------------------------------------------------------------
     @property
     def edge_index(self) -> Any:
-        """``(2, E)`` int64 array, on the backend the graph was built with."""
-        return self._edge_index
+        """``(2, E)`` int64 array, on the backend the graph was built with; read-only
+        (on CuPy, which has no read-only arrays, a copy)."""
+        return self._handed_out(self._edge_index)
 
     @property
     def num_nodes(self) -> int:
@@ -105,25 +114,39 @@ class Graph:
             self._cache[key] = build()
         return self._cache[key]
 
+    @staticmethod
+    def _handed_out(array: Any) -> Any:
+        """``array`` itself where it is read-only, else (CuPy) a copy: no caller can write
+        into the arrays the segments and caches were built from."""
+        return array if getattr(array.flags, "writeable", True) is False else array.copy()
+
     def edge_index_on(self, xp: Any) -> Any:
-        """``edge_index`` as an array of module ``xp`` (copied once, then cached)."""
+        """``edge_index`` as an array of module ``xp`` (copied once, then cached); read-only
+        (on CuPy, a copy), as :attr:`edge_index`."""
+        return self._handed_out(self._edge_index_on(xp))
+
+    def _edge_index_on(self, xp: Any) -> Any:
         own = get_array_module(self._edge_index)
         if xp is own:
             return self._edge_index
-        return self._cached(
-            ("edge_index", xp.__name__), lambda: xp.asarray(to_numpy(self._edge_index))
-        )
+
+        def build() -> Any:
+            copy = xp.asarray(to_numpy(self._edge_index))
+            _freeze(copy)
+            return copy
+
+        return self._cached(("edge_index", xp.__name__), build)
 
     def src_segments(self, xp: Any) -> Segments:
         """Edges grouped by source node: for scattering to sources (``index = src``)."""
         return self._cached(
-            ("src", xp.__name__), lambda: Segments(self.edge_index_on(xp)[0], self.num_nodes)
+            ("src", xp.__name__), lambda: Segments(self._edge_index_on(xp)[0], self.num_nodes)
         )
 
     def dst_segments(self, xp: Any) -> Segments:
         """Edges grouped by target node ``v``: the neighbourhoods ``N(v)`` (``index = dst``)."""
         return self._cached(
-            ("dst", xp.__name__), lambda: Segments(self.edge_index_on(xp)[1], self.num_nodes)
+            ("dst", xp.__name__), lambda: Segments(self._edge_index_on(xp)[1], self.num_nodes)
         )
 
     # -- degrees ---------------------------------------------------------------------
@@ -245,6 +268,13 @@ class Graph:
         if backend_name(get_array_module(self._edge_index)) == backend:
             return self
         return Graph(asarray(self._edge_index, backend=backend), self.num_nodes)
+
+
+def _freeze(array: Any) -> None:
+    """Make ``array`` read-only where its backend can: NumPy, and the strict stand-in, whose
+    arrays forward ``setflags`` to NumPy. CuPy arrays have no write flag."""
+    if hasattr(array, "setflags"):
+        array.setflags(write=False)
 
 
 def with_configured_self_loops(graph: Any, add_self_loops: bool) -> Graph:

@@ -183,7 +183,10 @@ def _check_real(name: str, value: Any, positive: bool = False, below_one: bool =
     """A finite real hyperparameter in its range, as a Python float (keeps float32 float32)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:  # an int beyond float range (10**400): infinite as a float
+        value = math.inf
     low_ok = value > 0 if positive else value >= 0
     if not math.isfinite(value) or not low_ok or (below_one and value >= 1):
         wanted = "> 0" if positive else ("in [0, 1)" if below_one else ">= 0")

@@ -144,7 +144,7 @@ def run_pyg(config: str, steps: int) -> dict:
     step = pyg_step(
         config,
         torch.from_numpy(x),
-        torch.from_numpy(graph.edge_index),
+        torch.tensor(graph.edge_index),
         torch.from_numpy(y).long(),
         torch.from_numpy(train),
     )

@@ -149,7 +149,7 @@ def run_pyg_gat(case: str, backend: str, steps: int, scale: int) -> float:
     step = pyg_step(
         "a" if case == "gat-a" else "b",
         torch.from_numpy(x).to(device),
-        torch.from_numpy(graph.edge_index).to(device),
+        torch.tensor(graph.edge_index).to(device),
         torch.from_numpy(y).long().to(device),
         torch.from_numpy(train).to(device),
         **_shape(case),

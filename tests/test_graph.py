@@ -12,7 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from refimpl import Graph
-from refimpl.backend import array_module, to_numpy
+from refimpl import graph as graph_module
+from refimpl.backend import array_module, asarray, to_numpy
+from refimpl.nn import GATConv
 from refimpl.ops.segment import Segments
 from refimpl.testing import strict
 from refimpl.testing.strict import StrictArray
@@ -339,3 +341,62 @@ def test_subgraph_against_the_dense_adjacency(graph, data):
 def test_subgraph_refuses_bad_nodes(nodes, match):
     with pytest.raises(ValueError, match=match):
         Graph([[0, 1], [1, 2]], 3).subgraph(np.array(nodes))
+
+
+# -- read-only arrays ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["numpy", "strict"])
+def test_writing_to_edge_index_after_a_forward_cannot_make_segments_stale(backend):
+    # Graph.edge_index was the graph's own writable array: writing to it after a forward
+    # left the cached segments (built from it) describing other edges, and the next forward
+    # mixed the two. test_construction_copies_the_input guarded only the caller's array.
+    xp = array_module(backend)
+    graph = Graph(asarray(np.array([[0, 1, 2], [1, 2, 0]]), backend=backend), 3)
+    conv = GATConv(2, 2, heads=1)
+    params = conv.init_params(np.random.default_rng(0), backend=backend)
+    x = asarray(np.random.default_rng(1).standard_normal((3, 2)), backend=backend)
+    before, _ = conv.forward(params, x, graph)
+    for array in (graph.edge_index, graph.edge_index_on(xp), graph.dst_segments(xp).index):
+        with pytest.raises(ValueError, match="read-only"):
+            array[0] = 0
+    other = strict if backend == "numpy" else np
+    with pytest.raises(ValueError, match="read-only"):
+        graph.edge_index_on(other)[0, 0] = 0  # the cached copy on another backend too
+    after, _ = conv.forward(params, x, graph)
+    np.testing.assert_array_equal(to_numpy(after), to_numpy(before))
+    assert _edges(graph) == [(0, 1), (1, 2), (2, 0)]
+
+
+def test_without_a_write_flag_edge_index_is_handed_out_as_a_copy(monkeypatch):
+    # CuPy arrays have no write flag: there the graph keeps its array private and hands
+    # out copies. Simulated on the CPU by a _freeze that cannot freeze (CuPy's answer).
+    monkeypatch.setattr(graph_module, "_freeze", lambda array: None)
+    graph = Graph([[0, 1], [1, 2]], 3)
+    handed = graph.edge_index
+    handed[0, 0] = 2
+    assert graph.edge_index is not handed and _edges(graph) == [(0, 1), (1, 2)]
+    on_strict = graph.edge_index_on(strict)
+    on_strict[0, 0] = 2
+    assert to_numpy(graph.edge_index_on(strict)).tolist() == [[0, 1], [1, 2]]
+    assert to_numpy(graph.dst_segments(np).index).tolist() == [1, 2]
+    # decided per array: a NumPy graph's copy on such a backend is handed out as a copy too
+    monkeypatch.undo()
+    graph = Graph([[0, 1], [1, 2]], 3)
+    monkeypatch.setattr(graph_module, "_freeze", lambda array: None)
+    graph.edge_index_on(strict)[0, 0] = 2
+    assert to_numpy(graph.edge_index_on(strict)).tolist() == [[0, 1], [1, 2]]
+    assert graph.edge_index_on(np) is graph.edge_index  # its own array is read-only
+
+
+def test_construction_copies_once_into_c_order_without_aliasing():
+    edges = np.array([[0, 1], [1, 2], [2, 0]], dtype=np.int32).T  # (2, 3), not C-contiguous
+    graph = Graph(edges, 3)
+    assert graph.edge_index.flags.c_contiguous and graph.edge_index.dtype == np.int64
+    assert not np.shares_memory(graph.edge_index, edges)
+    same_dtype = np.array([[0, 1], [1, 2]], dtype=np.int64)
+    assert not np.shares_memory(Graph(same_dtype, 3).edge_index, same_dtype)
+    # what is computed on call belongs to the caller and leaves the graph alone
+    degrees = graph.in_degree()
+    degrees[0] = 7
+    assert graph.in_degree().tolist() == [1, 1, 1]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -252,6 +254,15 @@ def test_registry():
         (lambda: Adam(betas=(-0.1, 0.9)), ValueError, r"betas\[0\]"),
         (lambda: Adam(betas=(0.9,)), ValueError, r"betas must be a pair"),
         (lambda: Adam(eps=0.0), ValueError, r"eps must be finite and > 0"),
+        # each option finite and in range (pinned one by one); an int beyond float range
+        # escaped as an OverflowError traceback, float() raising before the range check
+        (lambda: SGD(math.inf), ValueError, r"^lr must be finite and > 0, got inf$"),
+        (lambda: SGD(10**400), ValueError, r"^lr must be finite and > 0, got inf$"),
+        (lambda: Adam(weight_decay=math.inf), ValueError, r"^weight_decay must be finite"),
+        (lambda: Adam(eps=math.nan), ValueError, r"^eps must be finite and > 0, got nan$"),
+        (lambda: Adam(eps=math.inf), ValueError, r"^eps must be finite and > 0, got inf$"),
+        (lambda: Adam(betas=(math.nan, 0.9)), ValueError, r"^betas\[0\] must be finite"),
+        (lambda: Adam(lr=-1e-3), ValueError, r"^lr must be finite and > 0, got -0\.001$"),
     ],
 )
 def test_hyperparameter_errors(make, error, match):

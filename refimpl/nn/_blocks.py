@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from refimpl.validation import NonFiniteError
+
 __all__ = [
     "accumulate_grads",
     "block_backward",
@@ -75,10 +77,15 @@ def block_backward(
     """``blocks[prefix].backward`` on its own parameters: collects its gradients into
     ``d_params`` (:func:`accumulate_grads`) and returns its input gradient.
 
-    ``kwargs`` go to the block's backward (e.g. ``input_grad=False``).
+    ``kwargs`` go to the block's backward (e.g. ``input_grad=False``). A non-finite
+    cotangent (an overflow further down the backward) is reported with the block's name,
+    as the models' forward names the layer that overflowed.
     """
-    d_input, grads = blocks[prefix].backward(
-        split_params(blocks, params, prefix), cache, d_out, **kwargs
-    )
+    try:
+        d_input, grads = blocks[prefix].backward(
+            split_params(blocks, params, prefix), cache, d_out, **kwargs
+        )
+    except NonFiniteError as err:
+        raise NonFiniteError(f"in {prefix}: {err}") from err
     accumulate_grads(d_params, prefix, grads)
     return d_input

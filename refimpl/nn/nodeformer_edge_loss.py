@@ -52,13 +52,13 @@ import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from refimpl.backend import get_array_module, is_array
+from refimpl.backend import get_array_module
 from refimpl.graph import Graph
 from refimpl.nn._attention_common import project_backward
 from refimpl.nn.nodeformer import NodeFormerCache, NodeFormerConv
 from refimpl.nn.random_features import feature_exponent, feature_exponent_backward
 from refimpl.ops.segment import gather, segment_sum
-from refimpl.validation import check_cotangent, check_params
+from refimpl.validation import check_params, check_scalar_cotangent
 
 __all__ = ["EDGE_LOSS_CONVENTIONS", "EdgeLossCache", "NodeFormerEdgeLoss"]
 
@@ -160,10 +160,7 @@ class NodeFormerEdgeLoss:
         """Gradients of ``d_loss * L_e``: ``(d_x (N, in), d_params keyed like params)``."""
         conv, x = self.conv, cache.x
         xp = get_array_module(x)
-        if is_array(d_loss):
-            check_cotangent(d_loss, (), x.dtype, x, name="d_loss")
-        elif isinstance(d_loss, bool) or not isinstance(d_loss, (int, float)):
-            raise TypeError(f"d_loss must be a number or a 0-d array, got {type(d_loss).__name__}")
+        d_loss = check_scalar_cotangent(d_loss, x)
         src, dst = cache.graph.src_segments(xp), cache.graph.dst_segments(xp)
         a_q, a_k, omega = cache.a_q, cache.a_k, cache.omega
         # B6 (of E6) d log pi_e,h = -d_loss * coefficients_e  (E, 1), the same for every head

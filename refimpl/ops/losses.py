@@ -13,10 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-import numpy as np  # only for np.generic (NumPy scalars) in validation
-
 from refimpl.backend import get_array_module, is_array
-from refimpl.validation import check_input
+from refimpl.validation import check_input, check_scalar_cotangent
 
 __all__ = [
     "BCEWithLogits",
@@ -108,7 +106,7 @@ class SoftmaxCrossEntropy:
     def backward(
         self, params: dict[str, Any], cache: CrossEntropyCache, d_loss: Any
     ) -> tuple[Any, dict[str, Any]]:
-        d_loss = _check_scalar_cotangent(d_loss, cache.probs)
+        d_loss = check_scalar_cotangent(d_loss, cache.probs)
         xp = get_array_module(cache.probs)
         # B3 (of F3) d picked = -d_loss * weight
         d_picked = -(d_loss * cache.weight)  # (N,)
@@ -158,7 +156,7 @@ class BCEWithLogits:
     def backward(
         self, params: dict[str, Any], cache: BCEWithLogitsCache, d_loss: Any
     ) -> tuple[Any, dict[str, Any]]:
-        d_loss = _check_scalar_cotangent(d_loss, cache.residual)
+        d_loss = check_scalar_cotangent(d_loss, cache.residual)
         # B2 (of F2) and B1 (of F1): d/dz of the elementwise loss is sigmoid(z) - t
         return (d_loss * cache.weight)[:, None] * cache.residual, {}  # (N, K)
 
@@ -206,7 +204,7 @@ class MSELoss:
     def backward(
         self, params: dict[str, Any], cache: MSELossCache, d_loss: Any
     ) -> tuple[Any, dict[str, Any]]:
-        d_loss = _check_scalar_cotangent(d_loss, cache.residual)
+        d_loss = check_scalar_cotangent(d_loss, cache.residual)
         # B2 (of F2) d residual = d_loss * weight * 2 r
         d_residual = (d_loss * cache.weight)[:, None] * (2 * cache.residual)  # (G, T)
         # B1 (of F1) d predictions = d residual (targets are data, not differentiated)
@@ -245,7 +243,7 @@ class L1Loss:
     def backward(
         self, params: dict[str, Any], cache: L1LossCache, d_loss: Any
     ) -> tuple[Any, dict[str, Any]]:
-        d_loss = _check_scalar_cotangent(d_loss, cache.sign)
+        d_loss = check_scalar_cotangent(d_loss, cache.sign)
         # B2 (of F2) d|r|/dr = sign(r), 0 at r = 0; B1 (of F1) d predictions = d residual
         return (d_loss * cache.weight)[:, None] * cache.sign, {}  # (G, T)
 
@@ -351,24 +349,3 @@ def _check_targets(xp: Any, targets: Any, logits: Any) -> Any:
             "for class indices use SoftmaxCrossEntropy"
         )
     return targets
-
-
-def _check_scalar_cotangent(d_loss: Any, like: Any) -> Any:
-    """A Python number, or a 0-d array (or NumPy scalar) of the forward's dtype."""
-    if type(d_loss) in (int, float):  # exact types: Python numbers never upcast an array
-        return d_loss
-    if not (is_array(d_loss) or isinstance(d_loss, np.generic)):
-        raise TypeError(f"d_loss must be a number or a 0-d array, got {type(d_loss).__name__}")
-    if d_loss.ndim != 0:
-        raise ValueError(
-            f"d_loss must be a scalar (0-d array or number), got shape {tuple(d_loss.shape)}"
-        )
-    if d_loss.dtype != like.dtype:
-        raise TypeError(
-            f"d_loss has dtype {d_loss.dtype} but the loss was computed in {like.dtype}; "
-            "pass a Python float or cast d_loss"
-        )
-    if is_array(d_loss):
-        get_array_module(d_loss, like)  # TypeError if it lives on another backend
-        return d_loss
-    return float(d_loss)  # a NumPy scalar of the right dtype: exact as a Python float

@@ -10,7 +10,9 @@ One epoch:
        column, the usual augmentation for Laplacian eigenvectors, whose sign is
        arbitrary), the forward in training mode, the loss (L1 = MAE as on ZINC,
        MSE, or BCE for multi-label targets), the backward and an optimiser step;
-       a non-finite loss, gradient or parameter stops the run naming the layer
+       the guards of ``refimpl.train.guards`` (a non-finite loss, gradient,
+       parameter or optimiser state, a loss grown by orders of magnitude, a frozen
+       optimiser) stop the run naming the layer
     3. evaluation of the updated model on the validation and test graphs (no
        flips, no dropout): the mean absolute error for regression, the macro
        ROC-AUC for multi-label targets
@@ -27,7 +29,6 @@ Positional encodings are computed once per dataset (``laplacian_pe``).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -43,12 +44,15 @@ from refimpl.metrics import roc_auc
 from refimpl.ops.losses import BCEWithLogits, L1Loss, MSELoss
 from refimpl.optim import make_optimizer
 from refimpl.train.checkpoint import atomic_savez, save_checkpoint
-from refimpl.train.loop import (
-    _check_gradients,
-    _checked_step,
-    _restore,
-    _truncate_log,
+from refimpl.train.guards import (
+    check_gradients,
+    checked_backward,
+    checked_step,
+    loss_of_zero_output,
 )
+from refimpl.train.loop import _restore, _truncate_log
+from refimpl.train.records import strict_json
+from refimpl.train.run_folder import write_json
 
 __all__ = ["GraphRunResult", "GraphTrainConfig", "train_graph_model"]
 
@@ -81,6 +85,8 @@ class GraphTrainConfig:
             raise ValueError(f"loss must be None or one of {sorted(LOSSES)}, got {self.loss!r}")
         if self.dtype not in ("float32", "float64"):
             raise ValueError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}")
+        # lr and weight_decay checked here, not after the positional encodings are computed
+        make_optimizer("adam", lr=self.lr, weight_decay=self.weight_decay)
 
 
 @dataclass
@@ -197,7 +203,9 @@ def train_graph_model(
     best = {"epoch": -1, "val": math.nan, "test": math.nan}
     start, train_loss = 0, math.nan
     if resume is not None:
-        params, opt_state, start, best, train_loss = _restore(resume, params, opt_state, rng, None)
+        params, opt_state, start, best, train_loss = _restore(
+            resume, params, optimizer, rng, config.epochs
+        )
     out = Path(out_dir) if out_dir is not None else None
     if out is not None:
         _truncate_log(out, start)
@@ -219,11 +227,14 @@ def train_graph_model(
                 pe, _ = random_sign_flip(pe, rng)
             inputs = _inputs(model, batch, pe, dtype)
             out_batch, cache = model.forward(params, **inputs, training=True, rng=rng)
-            loss, loss_cache = loss_block.forward({}, out_batch, asarray(batch.y, dtype=dtype))
+            y = asarray(batch.y, dtype=dtype)
+            loss, loss_cache = loss_block.forward({}, out_batch, y)
             d_out, _ = loss_block.backward({}, loss_cache, 1.0)
-            _, grads = model.backward(params, cache, d_out, input_grad=False)
-            _check_gradients(float(loss), grads, epoch)
-            params, opt_state = _checked_step(optimizer, params, grads, opt_state, epoch)
+            grads = checked_backward(model, params, cache, d_out, epoch)
+            check_gradients(
+                float(loss), grads, epoch, loss_of_zero_output(loss_block, out_batch, y)
+            )
+            params, opt_state = checked_step(optimizer, params, grads, opt_state, epoch)
             weighted_loss += float(loss) * len(indices)
         train_loss = weighted_loss / len(train)
         # 3-4 evaluate and select
@@ -240,8 +251,9 @@ def train_graph_model(
         record[f"test_{metric_name}"] = scores["test"]
         if out is not None:
             with open(out / "log.jsonl", "a") as stream:
-                stream.write(json.dumps(record) + "\n")
-            if config.checkpoint_every and (epoch + 1) % config.checkpoint_every == 0:
+                stream.write(strict_json(record) + "\n")  # NaN (an empty split) as null
+            last = epoch + 1 == config.epochs  # a finished run can be extended from here
+            if config.checkpoint_every and ((epoch + 1) % config.checkpoint_every == 0 or last):
                 state = {"epoch": epoch + 1, "best": best, "train_loss": train_loss}
                 save_checkpoint(out / "checkpoint.npz", params, opt_state, rng, state)
         if progress:
@@ -260,5 +272,5 @@ def train_graph_model(
     )
     if out is not None:
         atomic_savez(out / "final.npz", params)
-        (out / "summary.json").write_text(json.dumps(result.as_dict(), indent=2) + "\n")
+        write_json(out / "summary.json", result.as_dict())
     return result

@@ -10,8 +10,10 @@ whole graph):
     2. loss on the training nodes (cross-entropy, or BCE for multi-label targets),
        plus ``model.auxiliary_loss(cache)`` where the model has one (NodeFormer's
        ``lambda L_e``, whose gradient its backward includes)
-    3. backward: gradients of every parameter; stop if any is non-finite
-    4. optimiser step; stop if a parameter became non-finite
+    3. backward: gradients of every parameter; stop if any is non-finite, or if the
+       loss grew by orders of magnitude (``refimpl.train.guards``)
+    4. optimiser step; stop if a parameter or the optimiser's state became non-finite,
+       or if the update changed no parameter although a gradient is non-zero
     5. forward in evaluation mode: train / val / test accuracy of the updated model
     6. model selection: the epoch with the best validation accuracy (the first,
        on ties) and its test accuracy, as both papers report; a dataset without
@@ -28,12 +30,11 @@ bit-identical to a run that was never interrupted.
 
 For multi-label targets (``y`` of shape ``(N, K)``) the "accuracy" columns hold
 the macro ROC-AUC instead. A split without nodes scores NaN (an empty training
-mask is an error: there is nothing to fit).
+mask is an error: there is nothing to fit), written as ``null`` in the strict-JSON log.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -49,17 +50,23 @@ from refimpl.diagnostics import (
     grad_norms,
     relative_grad_norms,
 )
+from refimpl.files import atomic_write, read_npz
 from refimpl.metrics import accuracy, roc_auc
 from refimpl.ops.losses import BCEWithLogits, SoftmaxCrossEntropy
 from refimpl.optim import make_optimizer
 from refimpl.train.checkpoint import atomic_savez, load_checkpoint, save_checkpoint
-from refimpl.validation import NonFiniteError
+from refimpl.train.guards import (
+    TrainingDiverged,
+    check_gradients,
+    checked_backward,
+    checked_step,
+    loss_of_zero_output,
+)
+from refimpl.train.records import strict_json
+from refimpl.train.run_folder import read_log, write_json
+from refimpl.validation import NonFiniteError, all_finite
 
 __all__ = ["RunResult", "TrainConfig", "TrainingDiverged", "relative_grad_norms", "train_model"]
-
-
-class TrainingDiverged(RuntimeError):
-    """A loss, gradient or parameter became NaN or infinite; the message names epoch and layer."""
 
 
 @dataclass(frozen=True)
@@ -104,42 +111,6 @@ class RunResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if k != "params"}
-
-
-def _layer_of(name: str) -> str:
-    return name.split(".", 1)[0]
-
-
-def _first_non_finite(arrays: dict[str, Any]) -> str | None:
-    for name, value in arrays.items():
-        if not bool(get_array_module(value).isfinite(value).all()):
-            return name
-    return None
-
-
-def _check_gradients(loss: float, grads: dict[str, Any], epoch: int) -> None:
-    """``TrainingDiverged`` when the loss or a gradient is not finite, naming the first."""
-    bad = _first_non_finite(grads)
-    if bad is not None or not math.isfinite(loss):
-        raise TrainingDiverged(
-            f"epoch {epoch}: loss {loss}; first non-finite gradient in "
-            f"{_layer_of(bad) if bad else '?'} ({bad}); lower the learning rate"
-        )
-
-
-def _checked_step(
-    optimizer: Any, params: dict[str, Any], grads: dict[str, Any], state: Any, epoch: int
-) -> tuple[dict[str, Any], Any]:
-    """``optimizer.step``, then ``TrainingDiverged`` if the update made a parameter
-    non-finite."""
-    params, state = optimizer.step(params, grads, state)
-    bad = _first_non_finite(params)
-    if bad is not None:
-        raise TrainingDiverged(
-            f"epoch {epoch}: the update made {_layer_of(bad)} non-finite ({bad}); "
-            "lower the learning rate"
-        )
-    return params, state
 
 
 def train_model(
@@ -191,7 +162,7 @@ def train_model(
     start, train_loss = 0, math.nan
     if resume is not None:
         params, opt_state, start, best, train_loss = _restore(
-            resume, params, opt_state, dropout_rng, backend
+            resume, params, optimizer, dropout_rng, config.epochs
         )
 
     out = Path(out_dir) if out_dir is not None else None
@@ -244,7 +215,7 @@ def train_model(
             count = int(data[2].sum())
             weighted_loss, weight = weighted_loss + step_loss * count, weight + count
             step_params, step_grads = params, grads  # the epoch's last step is logged
-            params, opt_state = _checked_step(optimizer, params, grads, opt_state, epoch)
+            params, opt_state = checked_step(optimizer, params, grads, opt_state, epoch)
         train_loss = weighted_loss / weight
         norms = relative_grad_norms(step_params, step_grads)
         absolute_norms = grad_norms(step_params, step_grads)
@@ -271,7 +242,7 @@ def train_model(
         }
         if out is not None:
             with open(out / "log.jsonl", "a") as stream:
-                stream.write(json.dumps(record) + "\n")
+                stream.write(strict_json(record) + "\n")  # NaN (an empty split) as null
         if progress:
             epochs.set_postfix(
                 loss=f"{train_loss:.4f}",
@@ -283,7 +254,7 @@ def train_model(
         if (
             out is not None
             and config.checkpoint_every
-            and ((epoch + 1) % config.checkpoint_every == 0 or stop)
+            and ((epoch + 1) % config.checkpoint_every == 0 or stop or epoch + 1 == config.epochs)
         ):
             state = {"epoch": epoch + 1, "best": best, "train_loss": train_loss}
             if config.diagnostics:
@@ -300,14 +271,16 @@ def train_model(
     )
     if out is not None:
         atomic_savez(out / "final.npz", params)
-        (out / "summary.json").write_text(json.dumps(result.as_dict(), indent=2) + "\n")
+        # the epochs asked for beside those run: a later resume tells a finished run
+        # (or one stopped early) from one to extend
+        write_json(out / "summary.json", {**result.as_dict(), "epochs": config.epochs})
         if config.diagnostics:
             atomic_savez(out / "best.npz", {k: to_numpy(v) for k, v in best_params.items()})
             changed = {
                 str(threshold): fraction_changed(initial, best_params, threshold)
                 for threshold in CHANGE_THRESHOLDS
             }
-            (out / "changes.json").write_text(json.dumps(changed, indent=2) + "\n")
+            write_json(out / "changes.json", changed)
     return result
 
 
@@ -322,9 +295,10 @@ def _gradients(
     model: Any, params: dict, cache: Any, logits: Any, data: tuple, loss_block: Any, epoch: int
 ) -> tuple[float, dict]:
     """The training loss (supervised plus the model's auxiliary loss, if any) and the gradients
-    of every parameter, or :class:`TrainingDiverged` naming the first non-finite one."""
+    of every parameter, or :class:`TrainingDiverged` naming the first non-finite one or a loss
+    grown past :mod:`refimpl.train.guards`' rule."""
     _, y, train_mask, _ = data
-    if not bool(get_array_module(logits).isfinite(logits).all()):
+    if not all_finite(logits):
         last = getattr(model, "num_layers", 1) - 1
         raise TrainingDiverged(
             f"epoch {epoch}: the logits (output of layer{last}) became non-finite"
@@ -333,8 +307,9 @@ def _gradients(
     auxiliary = getattr(model, "auxiliary_loss", None)
     train_loss = float(loss) + (auxiliary(cache) if auxiliary is not None else 0.0)
     d_logits, _ = loss_block.backward({}, loss_cache, 1.0)
-    _, grads = model.backward(params, cache, d_logits, input_grad=False)
-    _check_gradients(train_loss, grads, epoch)
+    grads = checked_backward(model, params, cache, d_logits, epoch)
+    zero_output = loss_of_zero_output(loss_block, logits, y, train_mask)
+    check_gradients(train_loss, grads, epoch, zero_output)
     return train_loss, grads
 
 
@@ -362,8 +337,7 @@ def _diagnostic_params(out: Path | None, params: dict, resume: Any) -> tuple[dic
         return params, params
     folder = Path(resume).parent
     try:
-        with np.load(folder / "initial.npz") as initial, np.load(folder / "best.npz") as best:
-            return dict(initial), dict(best)
+        return read_npz(folder / "initial.npz"), read_npz(folder / "best.npz")
     except FileNotFoundError as err:
         raise ValueError(
             f"resuming with diagnostics needs initial.npz and best.npz beside {resume}; "
@@ -382,8 +356,10 @@ def _forward(model: Any, params: dict, x: Any, graph: Any, epoch: int, **kwargs:
 
 
 def _restore(
-    path: Any, params: dict, opt_state: dict, rng: np.random.Generator, backend: str | None
+    path: Any, params: dict, optimizer: Any, rng: np.random.Generator, epochs: int
 ) -> tuple:
+    """The state saved in the checkpoint at ``path``, checked against the model, the optimiser
+    and the run's length: ``(params, opt_state, epoch, best, train_loss)``."""
     saved_params, saved_opt, rng_state, progress = load_checkpoint(path)
     if list(saved_params) != list(params):
         raise ValueError(
@@ -397,23 +373,30 @@ def _restore(
                 f"{params[name].dtype}{params[name].shape}; "
                 "resume with the same model configuration"
             )
+    if progress["epoch"] > epochs:
+        raise ValueError(
+            f"checkpoint {path} is at epoch {progress['epoch']}, past the {epochs} epochs asked "
+            f"for; pass --epochs {progress['epoch']} or more"
+        )
+    restored = {
+        k: asarray(v, backend=backend_name(get_array_module(params[k])))
+        for k, v in saved_params.items()
+    }
+    try:  # keys, shapes and dtypes against the parameters, moved to their backend
+        restored_opt = optimizer.load_state(saved_opt, restored)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"checkpoint {path}: optimiser state does not fit: {err}") from err
     rng.bit_generator.state = rng_state
-    restored = {k: asarray(v, backend=backend) for k, v in saved_params.items()}
-    restored_opt = {k: asarray(v, backend=backend) for k, v in saved_opt.items()}
-    if set(restored_opt) != set(opt_state):
-        raise ValueError(f"checkpoint {path} holds another optimiser's state; use the same one")
     return restored, restored_opt, progress["epoch"], progress["best"], progress["train_loss"]
 
 
 def _truncate_log(out: Path, start: int) -> None:
-    """Keep the log lines of epochs before ``start`` (a resumed run rewrites the rest)."""
+    """Keep the log lines of epochs before ``start`` (a resumed run rewrites the rest); a
+    last line cut short by a kill is dropped with a warning (:func:`read_log`)."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / "log.jsonl"
     kept = []
     if start > 0 and path.exists():
-        kept = [
-            line
-            for line in path.read_text().splitlines()
-            if line and json.loads(line)["epoch"] < start
-        ]
-    path.write_text("".join(line + "\n" for line in kept))
+        kept = [record for record in read_log(path) if record["epoch"] < start]
+    text = "".join(strict_json(record) + "\n" for record in kept)
+    atomic_write(path, lambda stream: stream.write(text.encode()))

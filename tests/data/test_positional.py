@@ -156,7 +156,7 @@ def test_pyg_add_laplacian_eigenvector_pe_agrees_up_to_sign() -> None:
 
     g = nx.connected_watts_strogatz_graph(30, 4, 0.4, seed=1)  # distinct eigenvalues
     graph = Graph.from_networkx(g)
-    data = Data(edge_index=torch.from_numpy(np.asarray(graph.edge_index)), num_nodes=30)
+    data = Data(edge_index=torch.tensor(graph.edge_index), num_nodes=30)
     theirs = transforms.AddLaplacianEigenvectorPE(5, attr_name="pe", is_undirected=True)(data)
     theirs = theirs.pe.numpy().astype(np.float64)
     ours = laplacian_pe(graph, 5)

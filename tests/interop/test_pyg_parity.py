@@ -92,7 +92,7 @@ def run_pyg(module: object, x: np.ndarray, graph: Graph, d_out: np.ndarray, **in
     keep, edge_attr = inputs.get("attn_dropout_mask"), inputs.get("edge_attr")
     module.train(keep is not None)
     t_x = torch.tensor(x, requires_grad=True)
-    args = [t_x, torch.from_numpy(graph.edge_index)]
+    args = [t_x, torch.tensor(graph.edge_index)]
     t_edge_attr = None
     if edge_attr is not None:
         t_edge_attr = torch.tensor(edge_attr, requires_grad=True)

@@ -29,7 +29,7 @@ def torch_gat(
 ) -> object:
     """GATConv forward in torch, PyG semantics, for autograd to differentiate."""
     n, heads, channels = x.shape[0], conv.heads, conv.out_channels
-    src, dst = (torch.as_tensor(row) for row in edge_index)
+    src, dst = (torch.tensor(row) for row in edge_index)
     if conv.add_self_loops:
         not_loop = src != dst
         loops = torch.arange(n)

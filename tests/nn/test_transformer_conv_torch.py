@@ -111,7 +111,7 @@ def run_pyg(layer: object, setup: Setup, d_out: np.ndarray) -> tuple:
     t_edge_attr = None
     if setup.edge_attr is not None:
         t_edge_attr = torch.tensor(setup.edge_attr, requires_grad=True)
-    edge_index = torch.from_numpy(setup.graph.edge_index)
+    edge_index = torch.tensor(setup.graph.edge_index)
 
     def our_mask(alpha: object, p: float = 0.5, training: bool = True) -> object:
         return alpha * torch.from_numpy(keep) / (1 - p) if training else alpha

@@ -11,7 +11,7 @@ import pytest
 
 from refimpl.data import collate, laplacian_pe, synthetic_molecules
 from refimpl.models import GraphTransformer
-from refimpl.train import GraphTrainConfig, train_graph_model
+from refimpl.train import GraphTrainConfig, TrainingDiverged, train_graph_model
 from refimpl.train.graph_level import _Split
 
 
@@ -127,3 +127,37 @@ def test_bad_input_is_rejected(splits: tuple) -> None:
         GraphTrainConfig(loss="hinge")
     with pytest.raises(ValueError, match="batch_size"):
         GraphTrainConfig(batch_size=0)
+
+
+# The graph-level loop imported the node-level loop's private checks, which looked at
+# gradients and parameters only; it now runs the same guards (refimpl.train.guards), and a
+# backward that overflows between layers is divergence naming the layer, not a ValueError.
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_a_huge_learning_rate_stops_with_training_diverged(splits: tuple) -> None:
+    config = GraphTrainConfig(epochs=30, lr=1e6, dtype="float32")
+    with pytest.raises(TrainingDiverged, match=r"^epoch 1: .*\blayer\d"):
+        train_graph_model(small_model(splits[0]), *splits, config)
+
+
+# log.jsonl wrote the MAE of an empty split as the bare word NaN, which is not JSON.
+def test_log_writes_the_metric_of_an_empty_split_as_null(splits: tuple, tmp_path: Path) -> None:
+    train = splits[0]
+    empty = train.subset([])
+    config = GraphTrainConfig(epochs=1)
+    train_graph_model(small_model(train), train, empty, empty, config, out_dir=tmp_path)
+
+    def refuse(word: str) -> None:
+        raise AssertionError(f"{word} is not JSON")
+
+    record = json.loads((tmp_path / "log.jsonl").read_text(), parse_constant=refuse)
+    assert record["val_mae"] is None and record["test_mae"] is None
+    summary = json.loads((tmp_path / "summary.json").read_text(), parse_constant=refuse)
+    assert summary["val_metric"] is None
+
+
+def test_optimiser_options_are_checked_with_the_configuration() -> None:
+    # a bad lr was met only once training began, after the positional encodings were built
+    with pytest.raises(ValueError, match=r"^lr must be finite and > 0, got -0\.001$"):
+        GraphTrainConfig(lr=-1e-3)
+    with pytest.raises(ValueError, match=r"^weight_decay must be finite and >= 0, got nan$"):
+        GraphTrainConfig(weight_decay=float("nan"))

@@ -16,6 +16,7 @@ from refimpl.models import GAT
 from refimpl.train import (
     TrainConfig,
     TrainingDiverged,
+    guards,
     load_checkpoint,
     relative_grad_norms,
     run_seeds,
@@ -155,14 +156,15 @@ def test_log_lines_and_selection(dataset: object, tmp_path: Path) -> None:
 
 def test_without_validation_nodes_the_last_epoch_is_selected(tmp_path: Path) -> None:
     # TREES with train_fraction=1 has no validation or test roots (the paper reports the
-    # training accuracy): those splits score NaN and the run reports its last epoch.
+    # training accuracy): those splits score NaN (null in the log) and the run reports its
+    # last epoch.
     trees = tree_neighbors_match(2, 20, seed=0)
     assert not trees.val_mask.any() and not trees.test_mask.any()
     model = GAT(trees.num_features, 4, trees.num_classes, 3, version="v1")
     result = train_model(model, trees, TrainConfig(epochs=4), out_dir=tmp_path)
     records = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
     assert result.best_epoch == 3 and math.isnan(result.val_acc) and math.isnan(result.test_acc)
-    assert all(math.isnan(r["val_acc"]) and 0 <= r["train_acc"] <= 1 for r in records)
+    assert all(r["val_acc"] is None and 0 <= r["train_acc"] <= 1 for r in records)
 
 
 def test_an_empty_training_mask_is_refused(dataset: object) -> None:
@@ -300,3 +302,54 @@ def test_resume_with_diagnostics_needs_the_saved_parameters(
             out_dir=tmp_path,
             resume=tmp_path / "checkpoint.npz",
         )
+
+
+# Float32 Adam at lr 1e6 ran to a loss of 1e13 and exited 0: the loop stopped only on
+# non-finite numbers, and its divergence test (SGD at lr 1e30) overflowed the parameters
+# themselves, so a loss that grew by orders of magnitude while staying finite was never met.
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_adam_at_a_huge_learning_rate_stops_on_loss_growth(dataset: object, tmp_path: Path) -> None:
+    data32 = dataset.astype(np.float32)
+    config = TrainConfig(epochs=30, lr=1e6)
+    with pytest.raises(
+        TrainingDiverged,
+        match=r"^epoch 1: loss \S+e\+\d\d is over 1e\+04 times that of an all-zero output "
+        r"\(1\.099\); the largest gradient is in layer\d \(layer\d\.\w+\)",
+    ):
+        train_model(small_model(data32), data32, config, out_dir=tmp_path)
+    # nothing lost: epoch 0's record is there, in strict JSON
+    lines = (tmp_path / "log.jsonl").read_text().splitlines()
+    assert [json.loads(line)["epoch"] for line in lines] == [0]
+
+
+# With the loss rule out of the way the same run froze: float32 Adam's second moment v
+# overflowed to infinity, its update became exactly 0 there, and nothing checked the
+# optimiser's state (only gradients and parameters, both finite).
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_overflowing_adam_state_stops_naming_the_state_entry(
+    dataset: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(guards, "LOSS_GROWTH", math.inf)
+    data32 = dataset.astype(np.float32)
+    with pytest.raises(
+        TrainingDiverged,
+        match=r"^epoch \d+: the update made the optimiser state of layer\d non-finite "
+        r"\(v\.layer\d\.\w+\); lower the learning rate$",
+    ):
+        train_model(small_model(data32), data32, TrainConfig(epochs=200, lr=1e6))
+
+
+# log.jsonl held the bare word NaN (accuracy of an empty split), which is not JSON: jq,
+# JavaScript and most readers outside Python refuse the line. Python's json.loads accepts
+# NaN, so every test that read the log back passed.
+def test_log_is_strict_json_with_null_for_nan(tmp_path: Path) -> None:
+    trees = tree_neighbors_match(2, 20, seed=0)  # no validation or test nodes: NaN scores
+    model = GAT(trees.num_features, 4, trees.num_classes, 2, version="v1")
+    train_model(model, trees, TrainConfig(epochs=2), out_dir=tmp_path)
+
+    def refuse(word: str) -> None:
+        raise AssertionError(f"{word} is not JSON")
+
+    lines = (tmp_path / "log.jsonl").read_text().splitlines()
+    records = [json.loads(line, parse_constant=refuse) for line in lines]
+    assert [(r["val_acc"], r["test_acc"]) for r in records] == [(None, None)] * 2

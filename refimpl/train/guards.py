@@ -1,0 +1,164 @@
+"""Divergence guards shared by the training loops (node level and graph level).
+
+A step can go wrong without raising anything: a loss, gradient or parameter
+becomes NaN or infinite; the optimiser's state overflows (float32 Adam's second
+moment ``v`` accumulates ``g^2``, infinite once ``|g| > 1.8e19``; the update
+``m / sqrt(v)`` is then exactly zero there and the run goes on frozen, exit 0);
+or the loss explodes while staying finite. Each guard turns one of these into
+:class:`TrainingDiverged`, whose message names the epoch and the layer (and the
+state entry, for optimiser state), so a run never ends with numbers that mean
+nothing.
+
+The loss-growth rule: the training loss of a step must not exceed
+``LOSS_GROWTH * max(reference, LOSS_FLOOR)``, where ``reference`` is the loss
+of an all-zero output on the same step's targets: ``log C`` for softmax
+cross-entropy over ``C`` classes, ``log 2`` for BCE, ``mean |y|`` for L1,
+``mean y^2`` for MSE. A freshly initialised model outputs values near zero, so
+its loss is about the reference (the cross-entropy of the initial model is
+about ``log C``), and training lowers it. A cross-entropy above ``1e4`` means
+the true class gets a (geometric mean) probability below ``exp(-1e4)``, which
+is zero in float64 (``exp(-745)`` underflows); an L1 loss that far above is off
+by ``1e4`` times the targets' own size: no healthy run gets there. The reference
+needs no history, so a resumed run applies the same rule as one never
+interrupted, and it is only computed once a loss passes ``LOSS_GROWTH *
+LOSS_FLOOR``.
+
+Costs per step: one reduction per gradient, parameter and optimiser-state array
+(:func:`refimpl.validation.all_finite`), plus one comparison of a parameter
+with its previous value (stopping at the first that changed, which in a
+healthy run is the first).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from refimpl.backend import get_array_module
+from refimpl.validation import NonFiniteError, all_finite
+
+__all__ = [
+    "LOSS_FLOOR",
+    "LOSS_GROWTH",
+    "TrainingDiverged",
+    "check_gradients",
+    "checked_backward",
+    "checked_step",
+    "first_non_finite",
+    "layer_of",
+    "loss_of_zero_output",
+]
+
+LOSS_GROWTH = 1e4  # a loss this many times the zero output's has diverged (module docstring)
+LOSS_FLOOR = 1.0  # the reference's floor: targets near zero (L1 on tiny y) leave room to fit
+
+
+class TrainingDiverged(RuntimeError):
+    """A loss, gradient, parameter or optimiser state became NaN or infinite, the loss grew
+    by orders of magnitude, or the optimiser froze; the message names epoch and layer."""
+
+
+def layer_of(name: str) -> str:
+    """The layer a parameter belongs to: ``"layer0.W"`` -> ``"layer0"``."""
+    return name.split(".", 1)[0]
+
+
+def first_non_finite(arrays: dict[str, Any]) -> str | None:
+    """The name of the first array holding NaN or infinity, or ``None``."""
+    for name, value in arrays.items():
+        if not all_finite(value):
+            return name
+    return None
+
+
+def checked_backward(model: Any, params: dict, cache: Any, d_out: Any, epoch: int) -> dict:
+    """``model.backward``'s parameter gradients, with an overflow inside (a cotangent
+    between two layers that became non-finite) reported as divergence at this epoch."""
+    try:
+        _, grads = model.backward(params, cache, d_out, input_grad=False)
+    except NonFiniteError as err:
+        raise TrainingDiverged(f"epoch {epoch}: the backward pass overflowed: {err}") from err
+    return grads
+
+
+def loss_of_zero_output(loss_block: Any, output: Any, *targets: Any) -> Callable[[], float]:
+    """The loss-growth rule's reference, deferred: ``loss_block``'s loss with an all-zero
+    array in place of ``output`` on the same ``targets`` (and mask)."""
+
+    def compute() -> float:
+        zeros = get_array_module(output).zeros_like(output)
+        return float(loss_block.forward({}, zeros, *targets)[0])
+
+    return compute
+
+
+def check_gradients(
+    loss: float, grads: dict[str, Any], epoch: int, zero_output_loss: Callable[[], float]
+) -> None:
+    """``TrainingDiverged`` when the loss or a gradient is not finite (naming the first), or
+    when the loss passes the loss-growth rule (module docstring); ``zero_output_loss()`` (from
+    :func:`loss_of_zero_output`) is called only for a large loss."""
+    bad = first_non_finite(grads)
+    if bad is not None:
+        raise TrainingDiverged(
+            f"epoch {epoch}: loss {loss}; first non-finite gradient in {layer_of(bad)} ({bad}); "
+            "lower the learning rate"
+        )
+    if not math.isfinite(loss):
+        raise TrainingDiverged(
+            f"epoch {epoch}: loss {loss} (the gradients are finite); lower the learning rate"
+        )
+    if loss <= LOSS_GROWTH * LOSS_FLOOR:  # below any threshold: the reference is >= the floor
+        return
+    reference = max(zero_output_loss(), LOSS_FLOOR)
+    if loss > LOSS_GROWTH * reference:
+        steepest = max(grads, key=lambda name: _largest_magnitude(grads[name]))
+        raise TrainingDiverged(
+            f"epoch {epoch}: loss {loss:.4g} is over {LOSS_GROWTH:.0e} times that of an "
+            f"all-zero output ({reference:.4g}); the largest gradient is in "
+            f"{layer_of(steepest)} ({steepest}); lower the learning rate"
+        )
+
+
+def checked_step(
+    optimizer: Any, params: dict[str, Any], grads: dict[str, Any], state: Any, epoch: int
+) -> tuple[dict[str, Any], Any]:
+    """``optimizer.step``, then ``TrainingDiverged`` if the update made a parameter or an
+    entry of the optimiser's state non-finite, or changed no parameter at all although some
+    gradient is non-zero (the optimiser froze: overflowed state, or a learning rate so
+    small for the dtype that every update rounds away). A zero update where every gradient
+    is zero is a fixed point, not a fault."""
+    new_params, new_state = optimizer.step(params, grads, state)
+    bad = first_non_finite(new_params)
+    if bad is not None:
+        raise TrainingDiverged(
+            f"epoch {epoch}: the update made {layer_of(bad)} non-finite ({bad}); "
+            "lower the learning rate"
+        )
+    moments = {k: v for k, v in new_state.items() if v.dtype.kind == "f"}  # not "step"
+    bad = first_non_finite(moments)
+    if bad is not None:
+        owner = bad.split(".", 1)[-1]  # "v.layer0.W" -> "layer0.W"
+        raise TrainingDiverged(
+            f"epoch {epoch}: the update made the optimiser state of {layer_of(owner)} "
+            f"non-finite ({bad}); lower the learning rate"
+        )
+    if all(_unchanged(new_params[name], params[name]) for name in params):
+        moving = next((name for name, g in grads.items() if _largest_magnitude(g) > 0), None)
+        if moving is not None:
+            raise TrainingDiverged(
+                f"epoch {epoch}: the update changed no parameter although the gradient of "
+                f"{layer_of(moving)} ({moving}) is non-zero: the optimiser is frozen; check "
+                "the learning rate (too small for the dtype, or so large its state overflowed)"
+            )
+    return new_params, new_state
+
+
+def _unchanged(new: Any, old: Any) -> bool:
+    return bool(get_array_module(new).array_equal(new, old))
+
+
+def _largest_magnitude(value: Any) -> float:
+    xp = get_array_module(value)
+    return float(xp.abs(value).max()) if value.size else 0.0
