@@ -47,6 +47,7 @@ from refimpl.train.checkpoint import atomic_savez, save_checkpoint
 from refimpl.train.guards import (
     check_gradients,
     checked_backward,
+    checked_forward,
     checked_step,
     loss_of_zero_output,
 )
@@ -154,12 +155,18 @@ def _inputs(model: Any, batch: GraphBatch, pe: Any, dtype: Any) -> dict[str, Any
 
 
 def _evaluate(
-    model: Any, params: dict[str, Any], split: _Split, multi_label: bool, batch_size: int
+    model: Any,
+    params: dict[str, Any],
+    split: _Split,
+    multi_label: bool,
+    batch_size: int,
+    epoch: int,
 ) -> float:
     """Mean absolute error (regression) or macro ROC-AUC (multi-label) over a split."""
     outputs, targets = [], []
     for batch, pe in split.eval_batches(batch_size):
-        out, _ = model.forward(params, **_inputs(model, batch, pe, split.dtype))
+        inputs = _inputs(model, batch, pe, split.dtype)
+        out, _ = checked_forward(model, params, epoch, **inputs)
         outputs.append(np.asarray(out, dtype=np.float64))
         targets.append(batch.y)
     out, y = np.concatenate(outputs), np.concatenate(targets)
@@ -226,7 +233,9 @@ def train_graph_model(
             if pe is not None and config.sign_flip:
                 pe, _ = random_sign_flip(pe, rng)
             inputs = _inputs(model, batch, pe, dtype)
-            out_batch, cache = model.forward(params, **inputs, training=True, rng=rng)
+            out_batch, cache = checked_forward(
+                model, params, epoch, **inputs, training=True, rng=rng
+            )
             y = asarray(batch.y, dtype=dtype)
             loss, loss_cache = loss_block.forward({}, out_batch, y)
             d_out, _ = loss_block.backward({}, loss_cache, 1.0)
@@ -239,7 +248,7 @@ def train_graph_model(
         train_loss = weighted_loss / len(train)
         # 3-4 evaluate and select
         scores = {
-            name: _evaluate(model, params, splits[name], multi_label, config.eval_batch_size)
+            name: _evaluate(model, params, splits[name], multi_label, config.eval_batch_size, epoch)
             if len(splits[name].dataset)
             else math.nan
             for name in ("val", "test")

@@ -72,6 +72,17 @@ def first_non_finite(arrays: dict[str, Any]) -> str | None:
     return None
 
 
+def checked_forward(model: Any, params: dict, epoch: int, *inputs: Any, **kwargs: Any) -> tuple:
+    """``model.forward(params, *inputs, **kwargs)``, with an overflow inside (finite
+    parameters and input, non-finite activations) reported as divergence at this epoch,
+    naming the layer."""
+    try:
+        return model.forward(params, *inputs, **kwargs)
+    except NonFiniteError as err:
+        mode = "training" if kwargs.get("training") else "evaluation"
+        raise TrainingDiverged(f"epoch {epoch}: the {mode} forward pass overflowed: {err}") from err
+
+
 def checked_backward(model: Any, params: dict, cache: Any, d_out: Any, epoch: int) -> dict:
     """``model.backward``'s parameter gradients, with an overflow inside (a cotangent
     between two layers that became non-finite) reported as divergence at this epoch."""

@@ -59,12 +59,13 @@ from refimpl.train.guards import (
     TrainingDiverged,
     check_gradients,
     checked_backward,
+    checked_forward,
     checked_step,
     loss_of_zero_output,
 )
 from refimpl.train.records import strict_json
 from refimpl.train.run_folder import read_log, write_json
-from refimpl.validation import NonFiniteError, all_finite
+from refimpl.validation import all_finite
 
 __all__ = ["RunResult", "TrainConfig", "TrainingDiverged", "relative_grad_norms", "train_model"]
 
@@ -207,7 +208,7 @@ def train_model(
             # 1-2 forward in training mode, loss on the training nodes
             if reused is None:
                 kwargs = {"training": True, "rng": dropout_rng}
-                reused = _forward(model, params, data[0], data[3], epoch, **kwargs)
+                reused = checked_forward(model, params, epoch, data[0], data[3], **kwargs)
             logits, cache = reused
             reused = None
             # 3 backward, 4 optimiser step
@@ -222,7 +223,7 @@ def train_model(
         # GAT-balance diagnostics of the parameters the gradient was taken at
         balance_record = _balance_record(step_params, step_grads) if config.diagnostics else {}
         # 5-6 evaluate the updated model, select on validation accuracy
-        eval_logits, eval_cache = _forward(model, params, x, graph, epoch, training=False)
+        eval_logits, eval_cache = checked_forward(model, params, epoch, x, graph, training=False)
         reused = (eval_logits, eval_cache) if deterministic else None
         accs = {split: metric(eval_logits, split) for split in masks}
         if "val" in empty or accs["val"] > best["val_acc"]:
@@ -343,16 +344,6 @@ def _diagnostic_params(out: Path | None, params: dict, resume: Any) -> tuple[dic
             f"resuming with diagnostics needs initial.npz and best.npz beside {resume}; "
             "the run was started without --diagnostics"
         ) from err
-
-
-def _forward(model: Any, params: dict, x: Any, graph: Any, epoch: int, **kwargs: Any) -> tuple:
-    """``model.forward``, with an overflow inside (finite parameters and input, non-finite
-    activations) reported as divergence at this epoch, naming the layer."""
-    try:
-        return model.forward(params, x, graph, **kwargs)
-    except NonFiniteError as err:
-        mode = "training" if kwargs.get("training") else "evaluation"
-        raise TrainingDiverged(f"epoch {epoch}: the {mode} forward pass overflowed: {err}") from err
 
 
 def _restore(

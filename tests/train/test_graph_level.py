@@ -13,6 +13,7 @@ from refimpl.data import collate, laplacian_pe, synthetic_molecules
 from refimpl.models import GraphTransformer
 from refimpl.train import GraphTrainConfig, TrainingDiverged, train_graph_model
 from refimpl.train.graph_level import _Split
+from refimpl.validation import NonFiniteError
 
 
 def small_model(dataset: object, **overrides: object) -> GraphTransformer:
@@ -161,3 +162,22 @@ def test_optimiser_options_are_checked_with_the_configuration() -> None:
         GraphTrainConfig(lr=-1e-3)
     with pytest.raises(ValueError, match=r"^weight_decay must be finite and >= 0, got nan$"):
         GraphTrainConfig(weight_decay=float("nan"))
+
+
+@pytest.mark.parametrize("mode", ["training", "evaluation"])
+def test_an_overflow_in_the_forward_is_divergence_naming_the_epoch(
+    splits: tuple, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    # The graph-level loop let a forward overflow escape as NonFiniteError (a ValueError: exit
+    # 2, "bad input"), where the node-level loop reports TrainingDiverged at its epoch.
+    model = small_model(splits[0])
+    real_forward = type(model).forward
+
+    def overflowing(self: GraphTransformer, params: dict, **kwargs: object) -> tuple:
+        if bool(kwargs.get("training")) == (mode == "training"):
+            raise NonFiniteError("layer1's output holds inf")
+        return real_forward(self, params, **kwargs)
+
+    monkeypatch.setattr(GraphTransformer, "forward", overflowing)
+    with pytest.raises(TrainingDiverged, match=rf"^epoch 0: the {mode} forward pass overflowed"):
+        train_graph_model(model, *splits, GraphTrainConfig(epochs=2))
