@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from refimpl.cli.runs import (
+    SCRIPT_OUTPUT_ONLY,
     add_script_run_options,
     explicit_options,
     open_script_run,
@@ -104,7 +105,9 @@ def main(argv: list[str] | None = None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     args.explicit = explicit_options(build_parser, argv)
-    open_script_run(args, "massive_activations", args.out, outputs=OUTPUTS)
+    # one training run: a resumed one may be given more --epochs
+    extendable = SCRIPT_OUTPUT_ONLY | {"epochs"}
+    open_script_run(args, "massive_activations", args.out, OUTPUTS, extendable)
     if args.quick:
         args.graphs, args.layers, args.epochs = 200, 4, 3
 

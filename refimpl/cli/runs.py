@@ -24,6 +24,7 @@ from refimpl.train.run_folder import (
 
 __all__ = [
     "OUTPUT_ONLY",
+    "SCRIPT_OUTPUT_ONLY",
     "add_run_folder_options",
     "add_script_run_options",
     "explicit_options",
@@ -35,7 +36,10 @@ __all__ = [
 
 # Options that change what is written or how long the run goes on, not what an epoch
 # computes: a resumed run takes them from the command line.
-OUTPUT_ONLY = frozenset({"epochs", "no_progress", "checkpoint_every", "data_root", "workers"})
+OUTPUT_ONLY = frozenset({"epochs", "no_progress", "checkpoint_every", "data_root"})
+# A script's grid skips finished jobs whatever their length, so there only where the data
+# lives and how many processes run may change (a longer --epochs would mix two grids).
+SCRIPT_OUTPUT_ONLY = frozenset({"data", "workers"})
 
 # Never stored: where the run is and how it was opened.
 _NOT_STORED = frozenset({"run", "command", "explicit", "out", "resume", "overwrite", "run_folder"})
@@ -109,24 +113,30 @@ def open_cli_run(args: argparse.Namespace, command: str, default_out: Path) -> P
                 f"--out {args.out} is not the folder of the run being resumed ({folder}); "
                 "drop --out, or start a new run there without --resume"
             )
-    _open(args, command, folder, resume=args.resume is not None)
+    _open(args, command, folder, OUTPUT_ONLY, resume=args.resume is not None)
     return folder
 
 
 def open_script_run(
-    args: argparse.Namespace, command: str, folder: Path, outputs: Sequence[str] = ()
+    args: argparse.Namespace,
+    command: str,
+    folder: Path,
+    outputs: Sequence[str] = (),
+    output_only: frozenset[str] = SCRIPT_OUTPUT_ONLY,
 ) -> None:
     """:func:`open_cli_run` for a script whose ``--resume`` is a flag: the run is ``folder``.
 
-    ``outputs``: the script's own files (figures, reports) that ``--overwrite`` removes too.
+    ``outputs``: the script's own files (figures, reports) that ``--overwrite`` removes too;
+    ``output_only``: the options a resumed run takes from the command line.
     """
-    _open(args, command, folder, resume=args.resume, outputs=outputs)
+    _open(args, command, folder, output_only, resume=args.resume, outputs=outputs)
 
 
 def _open(
     args: argparse.Namespace,
     command: str,
     folder: Path,
+    output_only: frozenset[str],
     *,
     resume: bool,
     outputs: Sequence[str] = (),
@@ -137,7 +147,7 @@ def _open(
         folder, command, given, resume=resume, overwrite=args.overwrite, outputs=outputs
     )
     if resume:
-        merged = merge_options(record["options"], given, explicit & set(given), OUTPUT_ONLY)
+        merged = merge_options(record["options"], given, explicit & set(given), output_only)
         for name, value in merged.items():
             setattr(args, name, value)
         save_run_file(folder, {**record, "options": merged})

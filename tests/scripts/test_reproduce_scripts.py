@@ -4,6 +4,7 @@ refused unless --resume or --overwrite is given (checked before any data is read
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -35,3 +36,12 @@ def test_a_grid_script_refuses_an_earlier_run_in_out(
     with pytest.raises(FileExistsError, match=r"pass --resume to continue it, --overwrite"):
         load(name).main([*argv, "--out", str(tmp_path), "--data", str(tmp_path)])
     assert (run / "log.jsonl").read_text() == "{}\n"
+
+
+def test_a_grid_script_refuses_a_longer_epochs_on_resume(tmp_path: Path) -> None:
+    # A grid skips its finished jobs whatever their length: a resume with another --epochs
+    # would have mixed runs of two lengths in one table.
+    record = {"command": "reproduce_balance", "options": {"epochs": 5000, "data": "x"}}
+    (tmp_path / "run.json").write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=r"--epochs 10 differs from the resumed run's 5000"):
+        load("reproduce_balance").main(["--resume", "--epochs", "10", "--out", str(tmp_path)])
