@@ -20,5 +20,6 @@ FORWARD_RTOL = {np.dtype(np.float64): 1e-12, np.dtype(np.float32): 1e-5}
 # same derivatives, but a backward pass accumulates more roundings than its forward (longer
 # chains of sums, reordered), so a wider tolerance than the forward's (100x in float64,
 # 10x in float32). Judged relative to the largest gradient entry of all (a gradient can be
-# zero by cancellation: see refimpl.interop.compare).
+# zero by cancellation: see refimpl.interop.compare), or, where the reference can be re-run,
+# entry by entry to the magnitude of the terms that cancelled (refimpl.testing.rounding).
 GRADIENT_RTOL = {np.dtype(np.float64): 1e-10, np.dtype(np.float32): 1e-4}

@@ -11,9 +11,10 @@ import pytest
 from hypothesis import assume, given
 
 from refimpl.models import NodeFormer
-from refimpl.testing import relative_errors
+from refimpl.testing import estimate_rounding
+from tests.autograd import compare_with_autograd
 from tests.models.test_nodeformer_model import model_setups
-from tests.nn.test_nodeformer_torch import RTOL, torch_edge_loss, torch_layer
+from tests.nn.test_nodeformer_torch import torch_edge_loss, torch_layer
 
 torch = pytest.importorskip("torch")
 functional = pytest.importorskip("torch.nn.functional")
@@ -66,27 +67,34 @@ def test_training_objective_matches_torch_autograd(setup: tuple) -> None:
     logits, cache = model.forward(params, x, graph, training=True, rng=rng)
     cotangent = rng.standard_normal(logits.shape)
     d_x, d_params = model.backward(params, cache, cotangent)
-
-    tensors = {name: torch.tensor(value, requires_grad=True) for name, value in params.items()}
-    t_x = torch.tensor(x, requires_grad=True)
-    t_logits, t_edge = torch_model(model, tensors, t_x, graph, cache.noise)
-    objective = (torch.tensor(cotangent) * t_logits).sum()
-    if t_edge is not None:
-        objective = objective + model.edge_loss_weight * t_edge
-    inputs = [t_x, *tensors.values()]
-    grads = torch.autograd.grad(objective, inputs, allow_unused=True)
-    grads = [torch.zeros_like(i) if g is None else g for i, g in zip(inputs, grads, strict=True)]
-    theirs = {"logits": t_logits.detach().numpy(), "x": grads[0].numpy()}
-    theirs.update({name: g.numpy() for name, g in zip(tensors, grads[1:], strict=True)})
     ours = {"logits": logits, "x": d_x, **d_params}
-    if t_edge is not None:
-        theirs["edge_loss"] = t_edge.detach().numpy()
+    if model.edge_loss_weight > 0:
         ours["edge_loss"] = np.asarray(cache.edge_loss)
     else:
         assert cache.edge_loss is None
     assert all(np.isfinite(value).all() for value in ours.values())
+
+    def reference() -> dict:
+        tensors = {name: torch.tensor(value, requires_grad=True) for name, value in params.items()}
+        t_x = torch.tensor(x, requires_grad=True)
+        t_logits, t_edge = torch_model(model, tensors, t_x, graph, cache.noise)
+        objective = (torch.tensor(cotangent) * t_logits).sum()
+        if t_edge is not None:
+            objective = objective + model.edge_loss_weight * t_edge
+        inputs = [t_x, *tensors.values()]
+        grads = torch.autograd.grad(objective, inputs, allow_unused=True)
+        grads = [
+            torch.zeros_like(i) if g is None else g for i, g in zip(inputs, grads, strict=True)
+        ]
+        theirs = {"logits": t_logits, "x": grads[0]}
+        theirs.update(zip(tensors, grads[1:], strict=True))
+        return theirs if t_edge is None else {**theirs, "edge_loss": t_edge}
+
     # the dense torch reference multiplies unshifted Eq. 4 features: at large |q| with few
     # features they underflow and its pi is 0/0 (ours works in the log domain)
-    assume(all(np.isfinite(value).all() for value in theirs.values()))
-    errors = relative_errors(ours, theirs)
-    assert max(errors.values()) <= RTOL, errors
+    plain = estimate_rounding(reference, samples=0)
+    assume(all(np.isfinite(value).all() for value in plain.values.values()))
+    # LayerNorm of a near-constant row and the kernel's exponentials amplify rounding: each
+    # entry is judged against the rounding autograd shows there (tests.autograd)
+    comparison = compare_with_autograd(ours, reference, outputs=["logits", "edge_loss"])
+    assert comparison.passed, comparison.table()

@@ -23,11 +23,21 @@ RTOL64 = FORWARD_RTOL[np.dtype(np.float64)]
 
 
 @st.composite
-def setups(draw: st.DrawFn, dropout: bool | None = None) -> tuple:
-    """A configured layer, its float64 parameters, features, a graph and forward kwargs."""
+def setups(
+    draw: st.DrawFn,
+    dropout: bool | None = None,
+    version: str | None = None,
+    lipschitz_norms: list[str | None] | None = None,
+) -> tuple:
+    """A configured layer, its float64 parameters, features, a graph and forward kwargs.
+
+    ``version`` fixes the version; ``lipschitz_norms`` lists the modes to draw from
+    (default: every mode the version accepts).
+    """
     graph = draw(graphs())
-    version = draw(st.sampled_from(["v1", "v2"]))
+    version = draw(st.sampled_from(["v1", "v2"])) if version is None else version
     modes = [None, "paper", "reference-code"] if version == "v1" else [None, "paper"]
+    modes = modes if lipschitz_norms is None else lipschitz_norms
     conv = GATConv(
         in_channels=draw(st.integers(1, 4)),
         out_channels=draw(st.integers(1, 3)),
