@@ -14,11 +14,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from proofs_check import conservation
 from proofs_check.conservation import RESIDUAL_TOL, gd_drift, gradients, relative_residual
+from proofs_check.registry import REGISTRY
 from refimpl.diagnostics import conservation_residuals
 from refimpl.graph import Graph
 from refimpl.models import GAT
-from refimpl.neurons import layer_structure, scale_incoming, scale_outgoing
+from refimpl.neurons import (
+    ATTENTION_NAMES,
+    layer_structure,
+    neuron_sums,
+    scale_incoming,
+    scale_outgoing,
+)
 from refimpl.ops.losses import SoftmaxCrossEntropy
 from tests.strategies import graphs, seeds
 
@@ -151,3 +159,122 @@ def test_gradient_descent_drift_is_second_order_in_the_step():
         assert np.linalg.norm(fine) > 1e-6  # something drifts: the ratio means something
         deviations.append(abs(np.linalg.norm(coarse) / np.linalg.norm(fine) - 2.0))
     assert deviations[1] < deviations[0] <= 0.2, deviations
+
+
+# -- each tolerance with a near violation, each special case what it claims ---------------------
+# (mutation testing, docs/mutation.md: these killed the survivors the audit listed)
+def _attention(key):
+    return key.rsplit(".", 1)[-1] in ATTENTION_NAMES
+
+
+def _attention_gradients_times(factor, real):
+    """``gradients`` with every attention gradient multiplied by ``factor``: a slipped backward."""
+
+    def slipped(model, params, x, graph, y, mask):
+        grads = real(model, params, x, graph, y, mask)
+        return {k: g * factor if _attention(k) else g for k, g in grads.items()}
+
+    return slipped
+
+
+def test_a_law_broken_by_1e_6_fails_the_law_check(monkeypatch):
+    # Guards RESIDUAL_TOL (audit mutant: 1e-10 -> 1e-2 passed): attention gradients 1e-6 too
+    # large, a backward with a 1e-6 slip, break Eq. 3 by ~1e-6 relative and must fail.
+    slipped = _attention_gradients_times(1 + 1e-6, conservation.gradients)
+    monkeypatch.setattr(conservation, "gradients", slipped)
+    record = REGISTRY["gat_balance.thm2_2"](cases=8)
+    assert not record.passed and 1e-9 < record.measured < 1e-5, record
+
+
+@pytest.mark.parametrize(("offset", "passes"), [(2e-10, False), (5e-11, True)])
+def test_a_residual_just_past_the_tolerance_fails(monkeypatch, offset, passes):
+    # Guards RESIDUAL_TOL = 1e-10 to within a factor 2 (mutant: x10 passed): the law checks
+    # report the largest residual, so one 2e-10 residual fails and 5e-11 passes.
+    real = conservation.relative_residual
+    monkeypatch.setattr(conservation, "relative_residual", lambda p, g: real(p, g) + offset)
+    for check_id in ("gat_balance.thm2_2", "gat_balance.remark2_5.gcn"):
+        record = REGISTRY[check_id](cases=2)
+        assert record.passed is passes and record.measured >= offset, record
+
+
+@pytest.mark.parametrize(("offset", "passes"), [(4e-12, False), (2e-13, True)])
+def test_balanced_init_just_past_its_tolerance_fails(monkeypatch, offset, passes):
+    # Guards BALANCED_TOL = 1e-12 (audit mutant: 1e-3 passed): c_i off by 4e-12 is more than
+    # 1e-12 beta for every beta <= 3 drawn, 2e-13 is less for every beta >= 0.5.
+    real = conservation.balancedness
+    monkeypatch.setattr(conservation, "balancedness", lambda p: [c + offset for c in real(p)])
+    record = REGISTRY["gat_balance.cor2_3.balanced_init"](cases=4)
+    assert record.passed is passes, record
+
+
+@pytest.mark.parametrize(
+    "check_id",
+    [
+        "gat_balance.negative_control.elu",
+        "gat_balance.negative_control.lipschitznorm",
+        "gat_balance.negative_control.pairnorm",
+    ],
+)
+@pytest.mark.parametrize(("residual", "passes"), [(5e-4, False), (2e-3, True)])
+def test_negative_controls_need_a_residual_of_at_least_1e_3(
+    monkeypatch, check_id, residual, passes
+):
+    # Guards BROKEN_AT_LEAST = 1e-3 (audit mutant: 1e-30 passed): a control whose law broke
+    # by only 5e-4 has not shown the break the docstring promises (O(0.1-1)).
+    monkeypatch.setattr(conservation, "relative_residual", lambda p, g: np.array([residual]))
+    record = REGISTRY[check_id](cases=2)
+    assert record.passed is passes and record.measured == residual, record
+
+
+def test_gd_drift_is_the_difference_of_c_and_its_error_in_rounding_units():
+    # Guards gd_drift (audit mutant: the allowance x1e6 passed): one step recomputed here,
+    # c(1) - c(0) and |c(1) - c(0) - lr^2 c(grad)| / (64 u max(S(0), S(1))), S the sum of the
+    # squared norms c subtracts.
+    graph = Graph(np.array([[0, 1, 2, 2], [1, 2, 0, 1]]), 3)
+    model, params, x, y, mask = _case(graph, 7, num_layers=3, hidden_channels=3)
+    lr = 0.05
+    drift, error = gd_drift(model, params, x, graph, y, mask, lr, steps=1)
+    grads = gradients(model, params, x, graph, y, mask)
+    moved = {k: v - lr * grads[k] for k, v in params.items()}
+    layers = layer_structure(params)
+
+    def c_and_total(values):
+        sums = [neuron_sums({k: v * v for k, v in values.items()}, layers, j) for j in (0, 1)]
+        c = np.concatenate([i - a - o for i, a, o in sums])
+        return c, np.concatenate([i + a + o for i, a, o in sums])
+
+    (c0, s0), (c1, s1) = c_and_total(params), c_and_total(moved)
+    predicted = lr**2 * c_and_total(grads)[0]
+    allowance = 64 * np.finfo(np.float64).eps / 2 * np.maximum(s0, s1)
+    assert np.array_equal(drift, c1 - c0)
+    assert error == pytest.approx(float((np.abs(c1 - c0 - predicted) / allowance).max()), rel=1e-6)
+    assert 0 < error <= 1.0
+
+
+def test_gd_step_check_fails_for_a_law_broken_by_1e_9(monkeypatch):
+    # Guards the drift allowance from the other side (audit mutant: x1e6 passed): attention
+    # gradients 1e-9 too large leave a first-order term 2 lr <a, g_a> 1e-9 per step, some
+    # 10^4 rounding units.
+    slipped = _attention_gradients_times(1 + 1e-9, conservation.gradients)
+    monkeypatch.setattr(conservation, "gradients", slipped)
+    record = REGISTRY["gat_balance.cor2_3.gd_step"](cases=4)
+    assert not record.passed and record.measured > 10, record
+
+
+def test_the_gcn_case_has_zero_attention_and_the_others_do_not(monkeypatch):
+    # Guards Remark 2.5's special case (audit mutant: attention no longer zeroed passed): the
+    # GCN check must evaluate a = 0 in every layer, and Thm 2.2's must not.
+    seen = []
+    real = conservation.gradients
+
+    def recording(model, params, x, graph, y, mask):
+        seen.append({k: np.asarray(v) for k, v in params.items() if _attention(k)})
+        return real(model, params, x, graph, y, mask)
+
+    monkeypatch.setattr(conservation, "gradients", recording)
+    assert REGISTRY["gat_balance.remark2_5.gcn"](cases=3).passed
+    assert len(seen) == 3
+    assert all(case and not any(np.any(a) for a in case.values()) for case in seen)
+    seen.clear()
+    assert REGISTRY["gat_balance.thm2_2"](cases=3).passed
+    assert all(np.all(a != 0) for case in seen for a in case.values())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -479,3 +480,192 @@ def test_eq21_holds_on_drawn_inputs(d_in, d, d_out, heads, n, seed, log_scale, h
     bound = lipschitz.eq21_bound(params["W_out"], params["W_in"])
     target(measured / bound, label="measured / bound")
     assert measured <= bound * allowance(size)
+
+
+# -- each bound pinned to its formula (mutation testing, docs/mutation.md) -----------------------
+SHAPES = [(1, 1), (2, 5), (7, 3), (4, 4)]
+EPS64 = float(np.finfo(np.float64).eps)
+
+
+def _spectral_norm(matrix: np.ndarray) -> float:
+    return float(np.linalg.svd(matrix, compute_uv=False)[0])
+
+
+@pytest.mark.parametrize(("m", "n"), SHAPES)
+@pytest.mark.parametrize("alpha", [0.0, 0.5, 1.0, 2.0, 3.0])
+def test_thm3_bound_is_eq16_at_every_alpha(alpha: float, m: int, n: int) -> None:
+    # Guards Thm 3's alpha sqrt8 (mutant: alpha sqrt80 passed, the bound being pinned only at
+    # alpha = 0) and each term of Eq. 16: e^alpha sqrt(m/n) + alpha sqrt8.
+    expected = math.exp(alpha) * math.sqrt(m / n) + alpha * 2.0 * math.sqrt(2.0)
+    assert lipschitz.thm3_bound(alpha, m, n) == pytest.approx(expected, rel=RTOL64)
+
+
+@pytest.mark.parametrize(("m", "n"), SHAPES)
+def test_cor1_is_thm3_at_alpha_one_and_cor2_at_alpha_sqrt3(m: int, n: int) -> None:
+    # Guards Cor 1's sqrt8 (mutant: sqrt80) and Cor 2's 2 sqrt6 (mutant: 3 sqrt6): Cor 1 is
+    # Thm 3 with alpha = 1 (proof of Cor 1), Cor 2 is Thm 2 with alpha = sqrt3 (proof of
+    # Cor 2), and sqrt3 sqrt8 = 2 sqrt6.
+    cor1 = math.e * math.sqrt(m / n) + math.sqrt(8.0)
+    cor2 = math.exp(math.sqrt(3.0)) * math.sqrt(m / n) + 2.0 * math.sqrt(6.0)
+    assert lipschitz.cor1_bound(m, n) == pytest.approx(cor1, rel=RTOL64)
+    assert lipschitz.cor2_bound(m, n) == pytest.approx(cor2, rel=RTOL64)
+    assert lipschitz.cor1_bound(m, n) == pytest.approx(lipschitz.thm3_bound(1.0, m, n), rel=RTOL64)
+    at_sqrt3 = lipschitz.thm3_bound(math.sqrt(3.0), m, n)
+    assert lipschitz.cor2_bound(m, n) == pytest.approx(at_sqrt3, rel=RTOL64)
+
+
+def test_eq21_constant_is_cor2_at_m_equal_n_rounded_up() -> None:
+    # Guards Eq. 21's 11 (mutant: 110 passed every check): e^sqrt3 + 2 sqrt6 = 10.55 rounded
+    # up, which also covers Cor 1 at m = n (e + sqrt8 = 5.55).
+    cor2_square = lipschitz.cor2_bound(3, 3)
+    assert 10.5 < cor2_square <= lipschitz.EQ21_CONSTANT == 11.0
+    assert lipschitz.cor1_bound(3, 3) < lipschitz.EQ21_CONSTANT
+
+
+def test_eq21_and_thm1_bounds_are_their_formulas() -> None:
+    # Guards each factor of Eq. 21 (11 ||W_O||_* sqrt(sum_k ||W_k||_*^2)) and of Thm 1's
+    # pointwise form (||W_O||_* sqrt(sum_k h_k^2 ||W_k||_*^2)): spectral norms by an SVD here.
+    rng = np.random.default_rng(5)
+    w_out, w_in = rng.standard_normal((3, 4)), rng.standard_normal((2, 4, 5))
+    head_norms = np.array([0.7, 1.9])
+    out, heads = _spectral_norm(w_out), [_spectral_norm(w) for w in w_in]
+    eq21 = 11.0 * out * math.sqrt(heads[0] ** 2 + heads[1] ** 2)
+    thm1 = out * math.sqrt((0.7 * heads[0]) ** 2 + (1.9 * heads[1]) ** 2)
+    assert lipschitz.eq21_bound(w_out, w_in) == pytest.approx(eq21, rel=RTOL64)
+    assert lipschitz.thm1_bound(w_out, w_in, head_norms) == pytest.approx(thm1, rel=RTOL64)
+
+
+def test_rounding_allowance_is_size_plus_64_ulps() -> None:
+    # Guards the allowance of the package docstring, (size(J) + 64) eps relative: each term
+    # is needed (size for the SVD and J's sums, 64 for a Jacobian of a few entries).
+    assert lipschitz.rounding_allowance(0) == 64 * EPS64
+    assert lipschitz.rounding_allowance(1000) == 1064 * EPS64
+
+
+def test_two_inf_operator_norm_enumerates_up_to_its_limit_inclusive(monkeypatch) -> None:
+    # Guards the limit's comparison (mutant: >= refused exactly _SELECTIONS_MAX selections).
+    monkeypatch.setattr(lipschitz.bounds, "_SELECTIONS_MAX", 8)
+    jacobian = np.eye(8)
+    assert lipschitz.two_inf_operator_norm(jacobian[:, :6], 3, 2) == 1.0  # 2^3 = 8 selections
+    with pytest.raises(ValueError, match="too many"):
+        lipschitz.two_inf_operator_norm(np.eye(9), 2, 3)  # 3^2 = 9
+
+
+def _one_case_check(monkeypatch, module, cases: list) -> None:
+    """The check in ``module`` evaluates exactly ``cases`` (its generators replaced)."""
+    monkeypatch.setattr(module, "attention_cases", lambda rng, form, random: iter(cases))
+    monkeypatch.setattr(module, "_ascent_case", lambda rng, form: cases[-1])
+
+
+@pytest.mark.parametrize(
+    ("check_id", "form", "bound"),
+    [
+        ("lipschitz.cor1", Form("linear", "linear"), lambda m, n: lipschitz.cor1_bound(m, n)),
+        (
+            "lipschitz.thm3.alpha_2",
+            Form("linear", "lipschitz", 2.0),
+            lambda m, n: lipschitz.thm3_bound(2.0, m, n),
+        ),
+        (
+            "lipschitz.cor2",
+            Form("transformer", "lipschitz"),
+            lambda m, n: lipschitz.cor2_bound(m, n),
+        ),
+    ],
+)
+def test_bound_checks_report_the_measured_norm_and_the_bound_with_its_allowance(
+    monkeypatch, check_id: str, form: Form, bound
+) -> None:
+    # Guards the bound check's verdict line (bound(m, n) (1 + allowance)): a dropped or
+    # flipped allowance, or a bound the check scales, changes the record.
+    rng = np.random.default_rng(6)
+    if form.kind == "transformer":  # X = (Q || K || V), d = 2: m = n = 4
+        case = Case(form, rng.standard_normal((6, 4)), None, "one")
+    else:  # d = 3, m = 2, n = 4
+        case = Case(form, rng.standard_normal((3, 4)), rng.standard_normal((3, 2)), "one")
+    _one_case_check(monkeypatch, lipschitz.thm3_corollaries, [case])
+    record = REGISTRY[check_id](cases=0)
+    d, m, n = case.dims
+    params = {} if case.q is None else {"Q": case.q}
+    measured, size = lipschitz.jacobian_norm(form.block(d, m), params, case.x)
+    assert record.measured == measured
+    assert record.bound == bound(m, n) * (1 + (size + 64) * EPS64)
+
+
+def test_lemma3_reports_log_norm_against_the_largest_score(monkeypatch) -> None:
+    # Guards Lemma 3's check (audit mutant: its bound multiplied by e passed): measured is
+    # log ||softmax(g)||_F - log sqrt(m/n), bound max |g_ij| plus the Frobenius allowance.
+    scores = np.array([[0.3, -1.2, 0.8], [2.0, 0.1, -0.4]])  # (m, n) = (2, 3), a = 2
+    monkeypatch.setattr(lipschitz.lemma3_eq28, "_bounded_score_matrices", lambda ctx: [scores])
+    record = REGISTRY["lipschitz.lemma3"](cases=0)
+    probabilities = np.exp(scores) / np.exp(scores).sum(axis=1, keepdims=True)
+    expected = math.log(math.sqrt((probabilities**2).sum())) - 0.5 * math.log(2 / 3)
+    assert record.measured == pytest.approx(expected, rel=RTOL64)
+    assert record.bound == 2.0 + (2 * 3 + 8 * 5 + 16) * EPS64  # frobenius_allowance(2, 3)
+
+
+def test_lemma3_fails_for_uniform_rows_one_part_in_1e9_too_large(monkeypatch) -> None:
+    # Guards Lemma 3's allowance: at a = 0 (uniform rows) the bound is attained, so a softmax
+    # 1e-9 too large is outside it, far beyond the ~1e-14 of rounding.
+    def overstated(scores: np.ndarray) -> np.ndarray:
+        return (1 + 1e-9) * np.full(scores.shape, 1.0 / scores.shape[1])
+
+    monkeypatch.setattr(lipschitz.lemma3_eq28, "row_softmax", overstated)
+    monkeypatch.setattr(
+        lipschitz.lemma3_eq28, "_bounded_score_matrices", lambda ctx: [np.zeros((4, 7))]
+    )
+    record = REGISTRY["lipschitz.lemma3"](cases=0)
+    assert not record.passed and 0.99e-9 < record.measured < 1.01e-9  # log(1 + 1e-9)
+
+
+def test_eq28_reports_the_constant_one_it_attains() -> None:
+    # Guards EQ28_CONSTANT (mutant: 10 passed): the check's worst case attains the constant 1,
+    # so the bound it reports is 1 plus a rounding allowance, not more.
+    record = REGISTRY["lipschitz.eq28"](cases=FAST)
+    assert record.passed
+    assert abs(record.measured - 1.0) <= 1e-12 and 1.0 <= record.bound <= 1.0 + 1e-12
+
+
+def test_lemma1_bound_is_eq9() -> None:
+    # Guards each term of Eq. 9 (mutants: a 1e-4 slip in ||softmax(g)||_F, or in the sum,
+    # passed: the printed sqrt2 leaves slack): ||softmax(g)||_F + c ||X^T||_(inf,2) |||D g_X|||.
+    rng = np.random.default_rng(7)
+    x, q = rng.standard_normal((3, 4)), rng.standard_normal((3, 2))
+    split = lipschitz.score_split(Form("linear", "linear"), x, q)
+    scores = split.scores
+    probabilities = np.exp(scores) / np.exp(scores).sum(axis=1, keepdims=True)
+    softmax_norm = math.sqrt(float((probabilities**2).sum()))
+    longest = float(np.linalg.norm(x, axis=0).max())  # ||X^T||_(inf,2): the longest column
+    derivative = _two_inf_operator_norm_naive(split.jacobian, 2, 4)
+    for constant in (math.sqrt(2.0), 1.0):
+        expected = softmax_norm + constant * longest * derivative
+        got = lipschitz.lemma1_bound(split, constant)
+        assert got == pytest.approx(expected, rel=RTOL64)
+
+
+def test_eq28_ratio_uses_the_softmax_derivative() -> None:
+    # Guards Eq. 30's centring (mutant: Dsoftmax_M(B) = S * B, without - sum_l S_jl B_jl,
+    # passed): the ratio against the softmax Jacobian diag(s) - s s^T applied row by row.
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal((2, 4))  # (d, n)
+    scores, b = rng.standard_normal((3, 4)), rng.standard_normal((3, 4))  # (m, n)
+    rows = []
+    for score_row, b_row in zip(scores, b, strict=True):
+        s = np.exp(score_row) / np.exp(score_row).sum()
+        rows.append((np.diag(s) - np.outer(s, s)) @ b_row)
+    lhs = np.linalg.norm(a @ np.array(rows).T)  # Frobenius
+    a_inf2 = np.linalg.norm(a, axis=0).max()  # ||A^T||_(inf,2): the longest column of A
+    b_2inf = math.sqrt(float((np.abs(b).max(axis=1) ** 2).sum()))  # ||B||_(2,inf)
+    denominator = a_inf2 * b_2inf
+    assert lipschitz.eq28_ratio(a, scores, b) == pytest.approx(lhs / denominator, rel=RTOL64)
+
+
+@pytest.mark.parametrize(("ratio", "passes"), [(50.0, False), (200.0, True)])
+def test_growth_below_100_fails_the_growth_check(monkeypatch, ratio: float, passes: bool) -> None:
+    # Guards GROWTH_AT_LEAST = 100 (mutant: 10 passed): a Jacobian norm that grows 50x from
+    # t = 1 to t = 1e3 has not shown unbounded growth by the check's margin.
+    monkeypatch.setattr(
+        lipschitz.growth, "growth_curve", lambda case, scales, xp: [(1.0, 2.0), (1e3, 2.0 * ratio)]
+    )
+    record = REGISTRY["lipschitz.unnormalised_growth"](cases=FAST)
+    assert record.passed is passes and record.measured == ratio, record

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from refimpl import optim
 from refimpl.backend import asarray, to_numpy
 from refimpl.optim import OPTIMIZERS, SGD, Adam, make_optimizer
 from refimpl.testing import FORWARD_RTOL, max_relative_error
@@ -318,3 +319,19 @@ def test_numpy_state_with_device_params_points_to_load_state():
     state = {k: to_numpy(v) for k, v in Adam().init(params).items()}
     with pytest.raises(TypeError, match=r"opt\.load_state\(state, params\)"):
         Adam().step(params, {"W": asarray(np.ones(3), backend="strict")}, state)
+
+
+@pytest.mark.parametrize("weight", [0.0, 0.1, 0.4999, 0.5, 0.9, 1.0])
+def test_lerp_takes_atens_branch_for_each_weight(weight: float) -> None:
+    # Guards _lerp's branch point (mutants: < 5.0, < 0.05 and <= 0.5 all passed the torch
+    # comparisons, the branches differing by an ulp): ATen's lerp (ATen/native/Lerp.h) is
+    # start + w (end - start) for |w| < 0.5 and end - (end - start) (1 - w) otherwise, so it
+    # is exact at both ends. Checked bit for bit where the two branches differ.
+    rng = np.random.default_rng(10)
+    start, end = rng.standard_normal(1000), rng.standard_normal(1000)
+    low, high = start + weight * (end - start), end - (end - start) * (1 - weight)
+    assert np.any(low != high)  # the branches differ on these values: the test has teeth
+    expected = low if abs(weight) < 0.5 else high
+    np.testing.assert_array_equal(optim._lerp(start, end, weight), expected)
+    if weight in (0.0, 1.0):
+        np.testing.assert_array_equal(expected, start if weight == 0.0 else end)

@@ -10,6 +10,7 @@ quadrature, naive loops, sampled laws.
 from __future__ import annotations
 
 import io
+import itertools
 import math
 
 import numpy as np
@@ -382,3 +383,91 @@ def test_checks_and_errata_run_through_the_cli(monkeypatch) -> None:
     text = out.getvalue()
     assert text.strip().splitlines()[-1] == "1 checks, 1 passed, 0 failed"
     assert text.count("[demonstrated]") == 7 and "NOT" not in text
+
+
+# -- thresholds and bounds pinned to their formulas (mutation testing, docs/mutation.md) -------
+def test_cornish_fisher_moves_z_out_by_the_one_term_correction() -> None:
+    # Guards the Cornish-Fisher correction (audit mutant: dropped, passed every check):
+    # z + |skewness| (z^2 - 1) / 6, the same on both tails.
+    assert prf.cornish_fisher(4.0, 0.3) == pytest.approx(4.0 + 0.3 * 15.0 / 6.0, rel=1e-15)
+    assert prf.cornish_fisher(4.0, -0.3) == prf.cornish_fisher(4.0, 0.3)
+    assert prf.cornish_fisher(2.5, 0.0) == 2.5
+
+
+def test_false_alarm_gives_the_documented_thresholds() -> None:
+    # Guards FALSE_ALARM = 1e-4 (mutant: 1e-5, every threshold wider, passed): the statistics
+    # docstring's z at 40 tests, 4.71 two-sided and 4.56 one-sided, and a chi-square quantile
+    # computed from the literal 1e-4.
+    assert prf.z_threshold(40) == pytest.approx(4.71, abs=0.005)
+    assert prf.z_threshold(40, sides=1) == pytest.approx(4.56, abs=0.005)
+    assert prf.chi2_threshold(5, 3) == pytest.approx(stats.chi2.isf(1e-4 / 5, 3), rel=1e-12)
+
+
+def test_thm1_exponent_and_log_bound_are_their_formulas() -> None:
+    # Guards Thm 1's corrected exponent 6 r^2 / tau and log sqrt(exp(6 r^2/tau) / (m eps)).
+    assert prf.thm1_exponent(2.0, 0.5) == pytest.approx(48.0, rel=1e-15)
+    expected = 0.5 * (6.0 * 0.75**2 / 0.25 - math.log(64 * 0.1))
+    assert prf.thm1_log_bound(0.75, 0.25, 64, 0.1) == pytest.approx(expected, rel=1e-14)
+
+
+def test_eq18_log_variance_is_the_log_of_eq18() -> None:
+    # Guards each term of log V_m = |s|^2 + 2 x^T y + log(1 - exp(-|s|^2)) - log m against
+    # Eq. 18 as printed: V_m = exp(|x + y|^2) SM^2 (1 - exp(-|x + y|^2)) / m, SM = exp(x^T y).
+    x, y = np.array([0.3, -0.2, 0.5]), np.array([0.1, 0.4, -0.3])
+    s2, sm = float(np.sum((x + y) ** 2)), math.exp(float(x @ y))
+    printed = math.exp(s2) * sm**2 * (1 - math.exp(-s2)) / 7
+    assert prf.eq18_log_variance(x, y, 7) == pytest.approx(math.log(printed), rel=1e-12)
+
+
+def test_kernel_rounding_allowance_is_the_documented_gamma() -> None:
+    # Guards gamma = (m + 8 + (d + 2) T) eps with T = max_i |w_i| (|x| + |y|) + |x|^2 + |y|^2
+    # (mutants: a term of T dropped, d - 2, a 1e-4 slip passed: only x = -y cases sit at the
+    # rounding level).
+    omega = np.array([[3.0, 4.0], [1.0, 0.0]])  # row norms 5 and 1
+    x, y = np.array([0.6, 0.8]), np.array([0.0, 2.0])  # |x| = 1, |y| = 2
+    t = 5.0 * (1.0 + 2.0) + 1.0 + 4.0
+    gamma = (16 + 8 + (2 + 2) * t) * float(np.finfo(np.float64).eps)
+    assert prf.rounding_allowance(omega, x, y, 16) == pytest.approx(gamma, rel=1e-14, abs=0)
+
+
+def test_standardised_cumulants_are_the_cumulants_over_powers_of_k2() -> None:
+    # Guards _standardised_cumulants (mutant: w - 2 for w + 2 in the skewness, passed; the
+    # skewness only widens Cornish-Fisher): skewness k3 / k2^1.5, excess k4 / k2^2 and
+    # k6 / k2^3 from lognormal_cumulants, which quadrature checks.
+    x, y = np.array([0.4, -0.1]), np.array([0.2, 0.3])
+    k2, k3, k4, k6 = prf.lognormal_cumulants(x, y, 8)
+    expected = (k3 / k2**1.5, k4 / k2**2, k6 / k2**3)
+    np.testing.assert_allclose(moments._standardised_cumulants(x, y, 8), expected, rtol=1e-12)
+
+
+def test_sample_variance_moments_match_an_exact_enumeration(monkeypatch) -> None:
+    # Guards Kendall & Stuart's cumulants of s^2 (mutant: n - 0.1 for n - 1 in the third,
+    # passed the 15 % simulation test): fed a three-point law's cumulants, they must give
+    # the variance and skewness of s^2 over all 3^4 samples of 4 draws, exactly.
+    values, probabilities, n = np.array([0.0, 1.0, 3.0]), np.array([0.5, 0.3, 0.2]), 4
+    mean = probabilities @ values
+    mu = {k: float(probabilities @ (values - mean) ** k) for k in (2, 3, 4, 6)}
+    k2, k3 = mu[2], mu[3]
+    k4 = mu[4] - 3 * mu[2] ** 2
+    k6 = mu[6] - 15 * mu[4] * mu[2] - 10 * mu[3] ** 2 + 30 * mu[2] ** 3
+    standardised = (k3 / k2**1.5, k4 / k2**2, k6 / k2**3)
+    monkeypatch.setattr(moments, "_standardised_cumulants", lambda x, y, m: standardised)
+    monkeypatch.setattr(moments, "eq18_variance", lambda x, y, m: k2)
+    samples = np.array(list(itertools.product(range(3), repeat=n)))  # (81, 4) indices
+    weights = probabilities[samples].prod(axis=1)
+    s2 = values[samples].var(axis=1, ddof=1)
+    s2_mean = weights @ s2
+    variance = weights @ (s2 - s2_mean) ** 2
+    skewness = (weights @ (s2 - s2_mean) ** 3) / variance**1.5
+    got_variance, got_skewness = moments._sample_variance_moments(None, None, 1, n)
+    assert got_variance == pytest.approx(variance, rel=1e-10)
+    assert got_skewness == pytest.approx(skewness, rel=1e-10)
+
+
+def test_frequency_test_uses_the_binomial_standard_error() -> None:
+    # Guards _frequency_test (mutant: p instead of p (1 - p) in the variance, passed: a
+    # looser tolerance): frequency and z sqrt(p (1 - p) / n) of a 0/1 sample.
+    hits = np.array([1, 0, 0, 1, 1, 0, 0, 0])
+    frequency, tolerance = prf.statistics._frequency_test(hits, 0.25)
+    assert frequency == 3 / 8
+    assert tolerance == pytest.approx(prf.z_threshold(1) * math.sqrt(0.25 * 0.75 / 8), rel=1e-14)

@@ -364,3 +364,23 @@ def test_record_is_frozen():
     record = Record("a", "p", "s", 1.0, 0.5, 0.5, True, 1)
     with pytest.raises(AttributeError):
         record.passed = False  # type: ignore[misc]
+
+
+def test_a_softmax_off_by_3e_12_does_not_demonstrate_the_row_sum_erratum(monkeypatch):
+    # Guards the errata's _ATOL = 1e-12 (mutant: 1e-11 passed): rows summing to 1 + 3e-12
+    # are not "exact to a few ulps", so the corrected identity must not be taken to hold.
+    monkeypatch.setattr(softmax, "row_softmax", lambda scores: (1 + 3e-12) * _ROW_SOFTMAX(scores))
+    evidence = errata.ERRATA[0].evaluate()
+    assert errata.ERRATA[0].id == "lipschitznorm.lemma2.proof.row_sums"
+    assert not evidence.correct_holds and not evidence.demonstrated
+
+
+def test_tied_worst_cases_keep_the_first_whether_added_together_or_apart():
+    # Guards WorstCase.add's strict < (mutant: <= passed): within one add, argmin keeps the
+    # first of tied cases, so across adds the first must be kept too, or a check's record
+    # would depend on how it batched its cases.
+    together, apart = WorstCase("upper"), WorstCase("upper")
+    together.add(np.array([1.0, 2.0]), np.array([2.0, 4.0]))  # relative margins 0.5, 0.5
+    apart.add(1.0, 2.0)
+    apart.add(2.0, 4.0)
+    assert (together.measured, together.bound) == (apart.measured, apart.bound) == (1.0, 2.0)

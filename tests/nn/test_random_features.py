@@ -16,6 +16,7 @@ from refimpl.backend import asarray, backend_name, get_array_module, to_numpy
 from refimpl.nn.random_features import (
     PositiveRandomFeatures,
     draw_projection,
+    feature_exponent_backward,
     positive_random_features,
 )
 from refimpl.testing import check_gradients, max_relative_error
@@ -363,3 +364,16 @@ def test_bad_params_and_cotangent() -> None:
         block.backward({}, cache, np.ones((4, 3)))
     with pytest.raises(TypeError, match="d_phi has dtype float32"):
         block.backward({}, cache, np.ones((3, 4), np.float32))
+
+
+@pytest.mark.parametrize("scale", [0.5, 1.0, 10.0])
+def test_feature_exponent_backward_at_every_scale(scale: float) -> None:
+    # Guards the scale == 1.0 shortcut (mutant: the shortcut taken at scale 10, whose vjp then
+    # forgot the factor s, passed: the layers' temperatures never gave s = 10). For
+    # a = s x omega^T - s^2 ||x||^2 / 2: d_x = s d_a omega - s^2 rowsum(d_a) x.
+    rng = np.random.default_rng(9)
+    x, omega = rng.standard_normal((4, 3)), rng.standard_normal((5, 3))  # (N, d), (m, d)
+    d_a = rng.standard_normal((4, 5))  # (N, m)
+    expected = scale * d_a @ omega - scale**2 * d_a.sum(axis=1, keepdims=True) * x
+    got = feature_exponent_backward(x, omega, d_a, scale)
+    assert max_relative_error(got, expected) <= RTOL64
