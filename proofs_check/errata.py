@@ -1,6 +1,6 @@
 """Errata: places where a paper's printed formula is wrong, each with a counterexample.
 
-DESIGN.md: where a printed formula is wrong, the project implements what is
+docs/design.md: where a printed formula is wrong, the project implements what is
 mathematically right and lists it here. Every entry carries a function that
 evaluates its counterexample now; ``python -m proofs_check`` prints the list
 after the table and fails if a counterexample no longer shows what it claims
@@ -11,47 +11,21 @@ To add an entry, append an :class:`Erratum` to ``ERRATA``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
 import numpy as np
 
 from proofs_check import conservation, lipschitz, prf, softmax
+from proofs_check.erratum import Erratum, Evidence
 from refimpl.diagnostics import conservation_residuals
 from refimpl.graph import Graph
 from refimpl.init import orthogonal
 from refimpl.models import GAT
-from refimpl.nn.attention import MultiHeadAttention
+from refimpl.nn.lipschitz.multi_head_attention import MultiHeadAttention
 
-__all__ = ["ERRATA", "Erratum", "Evidence"]
+__all__ = ["ERRATA"]
 
 # The sums below are of 2 or 3 terms in [0, 1]: exact to a few ulps, far from
 # the 0.25 by which the printed identity misses.
 _ATOL = 1e-12
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """What evaluating a counterexample showed."""
-
-    printed_holds: bool  # must be False: the printed formula fails on the counterexample
-    correct_holds: bool  # must be True: the corrected formula holds on it
-    detail: str  # the numbers, for the report
-
-    @property
-    def demonstrated(self) -> bool:
-        return not self.printed_holds and self.correct_holds
-
-
-@dataclass(frozen=True)
-class Erratum:
-    id: str
-    paper: str
-    location: str
-    printed: str
-    correct: str
-    counterexample: str  # the input, in words
-    evaluate: Callable[[], Evidence]
 
 
 def _row_sums_not_column_sums() -> Evidence:

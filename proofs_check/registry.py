@@ -139,7 +139,7 @@ class Context:
     rng: np.random.Generator
     cases: int
     xp: ModuleType
-    dtype: Any = np.float64  # DESIGN.md: float64 for checks and tests
+    dtype: Any = np.float64  # docs/design.md: float64 for checks and tests
 
     def asarray(self, host: Any) -> Any:
         """A host (NumPy) array moved to the backend under check, in ``dtype``."""

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from proofs_check import load_checks
-from proofs_check.errata import ERRATA, Erratum, Evidence
+from proofs_check.errata import ERRATA
+from proofs_check.erratum import Erratum, Evidence
 from proofs_check.registry import DEFAULT_CASES, Record, matches, select
 from refimpl.backend import BACKENDS, array_module
 from refimpl.cli.errors import OneLineParser, one_line

@@ -2,7 +2,7 @@
 
 Matrices use :func:`row_softmax` (LipschitzNorm Eq. 3, the row-wise softmax of
 an ``m x n`` score matrix); graph neighbourhoods use the library's own
-:func:`refimpl.ops.segment.segment_softmax`. Both are looked up when a check
+:func:`refimpl.kernels.segment.segment_softmax`. Both are looked up when a check
 runs, so a test can swap in a broken one and watch the checks fail.
 
 Rounding allowances
@@ -28,7 +28,7 @@ import numpy as np
 from proofs_check.registry import Context, WorstCase, check
 from refimpl.backend import get_array_module, to_numpy
 from refimpl.graph import Graph
-from refimpl.ops.segment import segment_softmax
+from refimpl.kernels.segment import segment_softmax
 
 __all__ = [
     "chi2_to_uniform",
@@ -41,7 +41,7 @@ __all__ = [
     "score_matrices",
 ]
 
-_EXTREME = 1e3  # STYLE.md's extreme score: exp(+-1e3) overflows without the max shift
+_EXTREME = 1e3  # docs/style.md's extreme score: exp(+-1e3) overflows without the max shift
 
 
 # -- the quantities --------------------------------------------------------------------

@@ -27,7 +27,7 @@ generators) take ``backend=``; functions that receive arrays (every
 
 The graph aggregation primitives (``segment_sum``, ``segment_max``,
 ``segment_softmax``, ``gather``, ``scatter_add``) are defined in
-:mod:`refimpl.ops.segment` and re-exported here.
+:mod:`refimpl.kernels.segment` and re-exported here.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def _check_name(name: str) -> str:
 _current: str = os.environ.get("REFIMPL_BACKEND", "numpy")
 
 
-_loaded: dict[str, ModuleType] = {}  # every array operation asks; import_module costs ~2 us
+_loaded: dict[str, ModuleType] = {}  # every array operation asks: skip import_module's lookup
 
 
 def _load(name: str) -> ModuleType:
@@ -199,8 +199,8 @@ _SEGMENT_EXPORTS = (
 
 
 def __getattr__(name: str) -> Callable[..., Any]:
-    # The primitives live in refimpl.ops.segment (which imports this module), so
+    # The primitives live in refimpl.kernels.segment (which imports this module), so
     # they are re-exported lazily to keep the import graph acyclic.
     if name in _SEGMENT_EXPORTS:
-        return getattr(importlib.import_module("refimpl.ops.segment"), name)
+        return getattr(importlib.import_module("refimpl.kernels.segment"), name)
     raise AttributeError(f"module 'refimpl.backend' has no attribute {name!r}")

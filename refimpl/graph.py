@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from refimpl.backend import backend_name, get_array_module, is_array, to_numpy
-from refimpl.ops.segment import Segments
+from refimpl.kernels.segment import Segments
 
 __all__ = ["Graph", "with_configured_self_loops"]
 

@@ -236,7 +236,7 @@ def attention_jacobian(block: Any, params: dict[str, Any], x: Any, mode: str = "
 
     ``mode``: ``"jvp"`` (columns), ``"vjp"`` (rows) or ``"auto"`` (the one
     needing fewer calls; vjp when the block has no jvp). Works for every block
-    with the layer protocol: :class:`refimpl.nn.attention.Attention` (``x`` of
+    with the layer protocol: :class:`refimpl.nn.lipschitz.multi_head_attention.Attention` (``x`` of
     shape ``(d, n)``, output ``(d, m)``), ``TransformerAttention`` and
     ``MultiHeadAttention``.
     """

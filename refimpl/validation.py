@@ -77,8 +77,8 @@ def check_array(
 def all_finite(value: Any) -> bool:
     """Whether ``value`` holds no NaN or infinity.
 
-    First one sum, which makes no array of flags (61 MB for a float32 ``(1e6, 64)``, and
-    is faster than ``isfinite(value).all()``): a NaN or infinity makes the sum NaN or
+    First one sum, which makes no array of flags (one byte per entry for
+    ``isfinite(value).all()``): a NaN or infinity makes the sum NaN or
     infinite, so a finite sum clears ``value``. A non-finite sum (which finite entries
     can give by overflowing) falls through to the entrywise check, which decides."""
     xp = get_array_module(value)

@@ -7,7 +7,8 @@ projection ``omega`` and the Gumbel noise are drawn in every step, as in
 training), forward and backward with ``d_x``, on standard-normal features and a
 random directed graph with ``E = 10 N`` edges (sources and targets uniform, so
 average degree 10; the layer adds one self-loop per node). Exact: the attention
-alone (no projections, no relational bias), ``refimpl.nn.kernel_attention.AllPairSoftmax``
+alone (no projections, no relational bias),
+``refimpl.nn.nodeformer.all_pair_softmax.AllPairSoftmax``
 with the same ``tau``, ``K`` and widths (``q, k, v (N, 64)`` standard normal,
 ``gumbel (N, K)``), forward and backward. At its peak it holds about ``3 K + 3``
 arrays of ``N x N`` (forward: ``q k^T``, then ``K`` slabs each of the scores, their
@@ -60,7 +61,7 @@ from bench_common import (
 )
 
 if TYPE_CHECKING:
-    from refimpl.nn.nodeformer import NodeFormerConv
+    from refimpl.nn.nodeformer.conv import NodeFormerConv
 
 CHANNELS = 64  # d: in and out channels
 FEATURES = 30  # m = num_random_features
@@ -88,7 +89,7 @@ def exact_estimate_bytes(n: int, itemsize: int) -> float:
 
 def nodeformer_layer() -> NodeFormerConv:
     """The benchmarked ``NodeFormerConv`` (module docstring; also ``bench_gpu.py``'s)."""
-    from refimpl.nn.nodeformer import NodeFormerConv
+    from refimpl.nn.nodeformer.conv import NodeFormerConv
 
     return NodeFormerConv(
         CHANNELS,
@@ -134,7 +135,7 @@ def run_exact(n: int, dtype: str, repeats: int) -> dict:
     """Time and peak memory of AllPairSoftmax's forward + backward with Gumbel noise."""
     import numpy as np
 
-    from refimpl.nn.kernel_attention import AllPairSoftmax
+    from refimpl.nn.nodeformer.all_pair_softmax import AllPairSoftmax
 
     rng = np.random.default_rng(0)
     q, k, v, d_z = (rng.standard_normal((n, CHANNELS)).astype(dtype) for _ in range(4))

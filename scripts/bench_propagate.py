@@ -24,8 +24,8 @@ from functools import partial
 import numpy as np
 
 from refimpl import Graph
+from refimpl.kernels.segment import gather, segment_sum
 from refimpl.ops.propagate import head_matrices, propagate, propagate_backward
-from refimpl.ops.segment import gather, segment_sum
 
 SHAPES = [(8, 8), (1, 64), (8, 64)]  # (H, C)
 

@@ -1,10 +1,10 @@
 """Benchmark: which NumPy/SciPy kernel should segment_sum and segment_max use on the CPU?
 
 Measures, in one run and on the same data, the candidates for the two graph
-reductions of :mod:`refimpl.ops.segment` on the NumPy backend:
+reductions of :mod:`refimpl.kernels.segment` on the NumPy backend:
 
 segment_sum  (E, F) -> (N, F)
-    * ``scipy.sparse`` CSR (N, E) product, as used (``refimpl.ops.segment.segment_sum``,
+    * ``scipy.sparse`` CSR (N, E) product, as used (``refimpl.kernels.segment.segment_sum``,
       matrix built once per graph and cached, so its build is reported apart)
     * ``numpy.add.at`` on the target index
     * ``numpy.add.reduceat`` on edges pre-sorted by target (the sort not timed:
@@ -46,7 +46,7 @@ import numpy as np
 import scipy
 import scipy.sparse  # imported here so the CSR build time excludes the import
 
-from refimpl.ops.segment import Segments, segment_max, segment_sum
+from refimpl.kernels.segment import Segments, segment_max, segment_sum
 
 CASES = [  # name, N, E, F
     ("cora", 2708, 13264, 8),
@@ -155,7 +155,7 @@ def run_case(
     segments = Segments(dst, num_nodes)
 
     start = time.perf_counter()
-    segments._sum_matrix(values.dtype)  # the CSR matrix, built once per graph and dtype
+    segments.sum_matrix(values.dtype)  # the CSR matrix, built once per graph and dtype
     csr_build_ms = 1e3 * (time.perf_counter() - start)
 
     # Sorted layout for reduceat (not timed: a one-off per graph).

@@ -12,17 +12,18 @@ pass. The copy comes first on ``PYTHONPATH`` and is the working directory, so
 its code, not the editable install's, is imported (checked before any run).
 
 What is mutated (:data:`TARGETS`): the backward passes (functions named
-``*backward*`` in ``refimpl/nn``, ``refimpl/ops``, ``refimpl/models``), a seeded
-sample spread over the files; every line of the optimisers' updates; the
-tolerance table; and in ``proofs_check`` every bound and tolerance constant and
-every bound, statistic and verdict function (:data:`PROOFS_CHECK_FUNCTIONS`).
+``*backward*`` in ``refimpl/kernels``, ``refimpl/ops``, ``refimpl/nn``,
+``refimpl/models``), a seeded sample spread over the files; every line of the
+optimisers' updates; the tolerance table; and in ``proofs_check`` every bound and
+tolerance constant and every bound, statistic and verdict function
+(:data:`PROOFS_CHECK_FUNCTIONS`).
 
 Which tests run (:func:`relevant_tests`): the mirrored test files
-(``refimpl/nn/gat.py`` -> ``tests/nn/test_gat*.py``), every test file that
+(``refimpl/nn/gat/conv.py`` -> ``tests/nn/gat/test_conv*.py``), every test file that
 imports the module (by its dotted name, a name its package re-exports from it,
 or its subpackage), and :data:`EXTRA_TESTS`, for modules whose code a test runs
-without importing it by name; for a helper no test imports (``_attention_common``,
-``lipschitz_norm``), the tests of the modules of its package that import it.
+without importing it by name; for a helper no test imports (``nn/attention_common``,
+``nn/gat/v1``), the tests of the modules of its package that import it.
 Mirrored files run first, so most mutants die in seconds.
 
 Equivalent mutants (no test can tell them apart from the original) are listed
@@ -122,7 +123,13 @@ def _backward(qualname: str) -> bool:
 TARGETS = (
     Target(
         "backward passes",
-        ("refimpl/nn/*.py", "refimpl/ops/*.py", "refimpl/models/*.py"),
+        (
+            "refimpl/kernels/*.py",
+            "refimpl/ops/*.py",
+            "refimpl/nn/*.py",
+            "refimpl/nn/*/*.py",
+            "refimpl/models/*.py",
+        ),
         Scope(_backward),
         sample=60,
     ),

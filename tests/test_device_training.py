@@ -3,7 +3,7 @@ and NumPy's curve.
 
 A training step of each model (forward, loss, backward, Adam) moves no array between host and
 device once the graph's structures are cached; random draws are given as device noise (a host
-Generator's draws are one transfer each, by design: DESIGN.md, randomness is explicit). A
+Generator's draws are one transfer each, by design: docs/design.md, randomness is explicit). A
 whole run logs the same curve as on NumPy."""
 
 from __future__ import annotations

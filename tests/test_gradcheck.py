@@ -12,9 +12,9 @@ import pytest
 
 from refimpl import Graph
 from refimpl.nn import GATConv, TransformerConv
-from refimpl.nn.layernorm import LayerNorm
-from refimpl.nn.nodeformer import NodeFormerConv
-from refimpl.nn.pairnorm import PAIRNORM_MODES, PairNorm
+from refimpl.nn.nodeformer.conv import NodeFormerConv
+from refimpl.nn.norms.layernorm import LayerNorm
+from refimpl.nn.norms.pairnorm import PAIRNORM_MODES, PairNorm
 from refimpl.testing import check_gradients, finite_difference_resolution, judge_gradient
 from refimpl.testing.tolerances import GRADCHECK_RTOL
 

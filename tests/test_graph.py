@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from refimpl import Graph
 from refimpl import graph as graph_module
 from refimpl.backend import array_module, asarray, to_numpy
+from refimpl.kernels.segment import Segments
 from refimpl.nn import GATConv
-from refimpl.ops.segment import Segments
 from refimpl.testing import strict
 from refimpl.testing.strict import StrictArray
 from tests.strategies import graphs

@@ -23,7 +23,11 @@ from refimpl.jacobian import (
     operator_norm_exact,
     operator_norm_power,
 )
-from refimpl.nn.attention import Attention, MultiHeadAttention, TransformerAttention
+from refimpl.nn.lipschitz.multi_head_attention import (
+    Attention,
+    MultiHeadAttention,
+    TransformerAttention,
+)
 from refimpl.testing import max_relative_error
 from refimpl.testing import strict as strict_xp
 from refimpl.testing.tolerances import FORWARD_RTOL, GRADCHECK_RTOL

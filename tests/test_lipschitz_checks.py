@@ -20,8 +20,16 @@ from proofs_check import errata, lipschitz, runner
 from proofs_check.lipschitz import Case, Form
 from proofs_check.registry import DEFAULT_CASES, REGISTRY, Context
 from refimpl.jacobian import jacobian_central_differences, jacobian_from_jvp
-from refimpl.nn.attention import Attention, MultiHeadAttention, TransformerAttention
-from refimpl.nn.score_norms import linear_norm_jvp, lipschitz_norm_jvp, transformer_norm_jvp
+from refimpl.nn.lipschitz.multi_head_attention import (
+    Attention,
+    MultiHeadAttention,
+    TransformerAttention,
+)
+from refimpl.nn.lipschitz.score_norms import (
+    linear_norm_jvp,
+    lipschitz_norm_jvp,
+    transformer_norm_jvp,
+)
 from refimpl.testing import max_relative_error
 from refimpl.testing.tolerances import FORWARD_RTOL, GRADCHECK_RTOL
 from tests.strategies import seeds
@@ -222,7 +230,7 @@ def test_linear_scores_have_two_inf_operator_norm_equal_to_the_spectral_norm(d, 
 
 
 def _block_score_jacobian(case: Case) -> np.ndarray:
-    """D g_X from the block's own score jvp (refimpl.nn.score_norms), column by column."""
+    """D g_X from the block's own score jvp (refimpl.nn.lipschitz.score_norms), column by column."""
     d, m, _ = case.dims
     block = case.form.block(d, m)
     params = {} if case.q is None else {"Q": case.q}

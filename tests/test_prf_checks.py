@@ -24,8 +24,8 @@ from proofs_check import prf, runner
 from proofs_check.prf import estimates, kernel, moments, thm1
 from proofs_check.prf import gumbel as prf_gumbel
 from proofs_check.registry import DEFAULT_CASES, REGISTRY, Context
-from refimpl.nn.kernel_attention import KernelizedSoftmax
-from refimpl.nn.random_features import draw_projection, positive_random_features
+from refimpl.nn.nodeformer.kernel_attention import KernelizedSoftmax
+from refimpl.nn.nodeformer.random_features import draw_projection, positive_random_features
 from tests.strategies import seeds
 
 CHECK_IDS = [i for i in REGISTRY if i.startswith("prf.")]

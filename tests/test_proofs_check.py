@@ -19,10 +19,10 @@ from hypothesis import example, given, target
 from hypothesis import strategies as st
 
 import proofs_check
-from proofs_check import errata, runner, softmax
+from proofs_check import errata, erratum, runner, softmax
 from proofs_check.registry import Record, WorstCase, check, margin_of
 from refimpl.backend import to_numpy
-from refimpl.ops.segment import segment_softmax
+from refimpl.kernels.segment import segment_softmax
 from tests.strategies import graphs, seeds
 
 RECORD_TYPES = {
@@ -295,10 +295,10 @@ def test_proofs_check_usage_errors_are_one_line(capsys, argv, message):
 # -- errata ---------------------------------------------------------------------------------
 def test_errata_entries_are_complete_and_their_counterexamples_hold():
     assert errata.ERRATA, "the errata list must not be empty"
-    for erratum in errata.ERRATA:
-        assert all([erratum.id, erratum.paper, erratum.location, erratum.printed, erratum.correct])
-        evidence = erratum.evaluate()
-        assert not evidence.printed_holds and evidence.correct_holds, erratum.id
+    for entry in errata.ERRATA:
+        assert all([entry.id, entry.paper, entry.location, entry.printed, entry.correct])
+        evidence = entry.evaluate()
+        assert not evidence.printed_holds and evidence.correct_holds, entry.id
 
 
 def test_lipschitznorm_proof_of_lemma2_sums_over_the_wrong_index():
@@ -311,8 +311,8 @@ def test_lipschitznorm_proof_of_lemma2_sums_over_the_wrong_index():
 
 def test_a_broken_erratum_fails_the_run(monkeypatch):
     # A counterexample that stopped showing the error must not be listed as demonstrated.
-    fake = errata.Evidence(printed_holds=True, correct_holds=True, detail="")
-    bad = errata.Erratum("x.bad", "P", "here", "a", "b", "c", lambda: fake)
+    fake = erratum.Evidence(printed_holds=True, correct_holds=True, detail="")
+    bad = erratum.Erratum("x.bad", "P", "here", "a", "b", "c", lambda: fake)
     monkeypatch.setattr(runner, "ERRATA", [bad])
     out = io.StringIO()
     assert runner.main(["--only", "x.bad"], out=out) == 1

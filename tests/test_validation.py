@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 
 from refimpl.interop.golden import _forward as golden_replay
 from refimpl.interop.golden_cases import CASES
-from refimpl.nn.nodeformer_edge_loss import NodeFormerEdgeLoss
+from refimpl.kernels.segment import Segments
+from refimpl.nn.nodeformer.edge_loss import NodeFormerEdgeLoss
 from refimpl.ops.activations import ELU, Identity, LeakyReLU, ReLU
 from refimpl.ops.dropout import Dropout
 from refimpl.ops.linear import Linear
 from refimpl.ops.losses import BCEWithLogits, L1Loss, MSELoss, SoftmaxCrossEntropy
 from refimpl.ops.pooling import GlobalPool
-from refimpl.ops.segment import Segments
 from refimpl.validation import (
     NonFiniteError,
     check_cotangent,

@@ -1,7 +1,7 @@
 """LipschitzNorm's Lipschitz bounds (Sec. 3-5, proofs in Sec. 9) on the true Jacobian.
 
 Every check measures ``||D Att_X||_F``, the Frobenius -> Frobenius operator norm
-of the derivative of a block of :mod:`refimpl.nn.attention` at an input ``X``:
+of the derivative of a block of :mod:`refimpl.nn.lipschitz.multi_head_attention` at an input ``X``:
 the largest singular value of the block's Jacobian, assembled from its ``jvp``
 or ``backward`` and decomposed by an exact SVD (:mod:`refimpl.jacobian`; sizes
 are small). The bound is the paper's. Lemma 2 and Eq. 10 are checked in
@@ -96,7 +96,7 @@ from proofs_check.lipschitz.bounds import (
 from proofs_check.lipschitz.cases import MultiHeadCase, attention_cases, multihead_cases, tied_case
 from proofs_check.lipschitz.forms import ALPHAS, Case, Form, ScoreSplit, score_split
 from proofs_check.lipschitz.search import Tightness, tightness
-from refimpl.nn.score_norms import inf2_norm, two_inf_norm
+from refimpl.nn.lipschitz.score_norms import inf2_norm, two_inf_norm
 
 # The checks. Importing a module registers its checks, so the order of these imports is
 # the order of the report (hence not sorted).

@@ -3,7 +3,7 @@
 Measured: :func:`jacobian_norm`, the largest singular value of a block's
 Jacobian (:mod:`refimpl.jacobian`, an exact SVD). Bounding: the (F, (2,inf))
 operator norm of Sec. 3.1, *exactly*, on the host and independently of
-:mod:`refimpl.nn.score_norms` (:func:`two_inf_operator_norm`), and the bounds of
+:mod:`refimpl.nn.lipschitz.score_norms` (:func:`two_inf_operator_norm`), and the bounds of
 Thm 2 and 3 (Eq. 14, 16), Cor 1 and 2 (Eq. 18, 20), Eq. 21 and Thm 1's pointwise
 form. An upper bound is widened by :func:`rounding_allowance`, whose reasoning
 is in the package docstring (:mod:`proofs_check.lipschitz`).
@@ -38,7 +38,7 @@ _SELECTIONS_MAX = 5000  # n^m row selections enumerated by two_inf_operator_norm
 _EPS = float(np.finfo(np.float64).eps)
 
 
-# -- norms (host, independent of refimpl.nn.score_norms) ------------------------------------------
+# -- norms (host, independent of refimpl.nn.lipschitz.score_norms) ---------------------------
 def two_inf_operator_norm(jacobian: np.ndarray, m: int, n: int) -> float:
     """``|||L|||_(F,(2,inf)) = max_H ||L(H)||_(2,inf) / ||H||_F``, exactly, for ``L`` given by
     its ``(m n, P)`` matrix (row ``i n + j`` is the output entry ``(i, j)``).

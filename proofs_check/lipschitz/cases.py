@@ -23,8 +23,8 @@ import numpy as np
 
 from proofs_check.lipschitz.forms import Case, Form
 from proofs_check.registry import Context
-from refimpl.nn.attention import MultiHeadAttention
-from refimpl.nn.score_norms import inf2_norm
+from refimpl.nn.lipschitz.multi_head_attention import MultiHeadAttention
+from refimpl.nn.lipschitz.score_norms import inf2_norm
 
 __all__ = ["MultiHeadCase", "attention_cases", "multihead_cases", "tied_case"]
 

@@ -1,6 +1,6 @@
 """Attention forms, their inputs, and the paper's score function split as ``g = g~ / c``.
 
-A :class:`Form` names one block of :mod:`refimpl.nn.attention` (linear, Eq. 4,
+A :class:`Form` names one block of :mod:`refimpl.nn.lipschitz.multi_head_attention` (linear, Eq. 4,
 or transformer, Eq. 7, with its normalisation); a :class:`Case` is one input to
 it, with a label saying why it is there.
 
@@ -10,7 +10,7 @@ c`` (Eq. 38) as dense matrices, and the (F, (2,inf)) operator norm *exactly*
 (:func:`proofs_check.lipschitz.two_inf_operator_norm`). So the checks of Lemma 1
 and Thm 2 test the block's ``D Att_X`` against bounds built from the paper's
 score function, not from the block's own. Every ``max`` is differentiated
-through its first maximiser, as in :mod:`refimpl.nn.score_norms`; at an exact
+through its first maximiser, as in :mod:`refimpl.nn.lipschitz.score_norms`; at an exact
 tie that is a one-sided derivative, which satisfies the same pointwise bounds
 (the proofs are pointwise, and the branch function meets the assumptions at
 ``X``).
@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from refimpl.nn.attention import Attention, TransformerAttention
+from refimpl.nn.lipschitz.multi_head_attention import Attention, TransformerAttention
 
 __all__ = ["ALPHAS", "Case", "Form", "ScoreSplit", "score_split"]
 
@@ -142,7 +142,7 @@ def score_split(form: Form, x: np.ndarray, q: np.ndarray | None = None) -> Score
         picked = raw[np.arange(m), columns]  # (m,)
         raw_norm = float(np.sqrt((picked * picked).sum()))
         x_norm, x_gradient = _longest_column(x)
-        # The top singular value as refimpl.nn.score_norms takes it (same LAPACK call), so
+        # The top singular value as refimpl.nn.lipschitz.score_norms takes it (same LAPACK call), so
         # that a tie between the two arguments of the max, to the last bit, breaks alike.
         spectral = float(np.linalg.svd(q, full_matrices=False)[1][0])
         if raw_norm >= x_norm * spectral:  # np.argmax order: the first argument on a tie

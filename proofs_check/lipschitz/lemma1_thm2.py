@@ -21,7 +21,7 @@ from proofs_check.lipschitz.cases import _mixed_cases
 from proofs_check.lipschitz.forms import Form, ScoreSplit, score_split
 from proofs_check.registry import Context, WorstCase, check
 from proofs_check.softmax import row_softmax
-from refimpl.nn.score_norms import inf2_norm, two_inf_norm
+from refimpl.nn.lipschitz.score_norms import inf2_norm, two_inf_norm
 
 __all__ = ["lemma1_bound", "thm2_alpha"]
 

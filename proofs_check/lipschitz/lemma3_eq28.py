@@ -22,7 +22,7 @@ from proofs_check.lipschitz.forms import ALPHAS, Form, score_split
 from proofs_check.registry import Context, WorstCase, check
 from proofs_check.softmax import frobenius_allowance, row_softmax
 from refimpl.backend import to_numpy
-from refimpl.nn.score_norms import inf2_norm, two_inf_norm
+from refimpl.nn.lipschitz.score_norms import inf2_norm, two_inf_norm
 
 __all__ = ["EQ28_CONSTANT", "eq28_ratio"]
 

@@ -1,7 +1,7 @@
 """NodeFormer's random features and Gumbel-Softmax as checks: Prop. 1-3, Thm 1-2, Eq. 5, 7, 18.
 
 With ``s = x + y`` and rows ``w_i`` of the projection (NodeFormer Eq. 4,
-:mod:`refimpl.nn.random_features`), the kernel estimate of Prop. 1 is
+:mod:`refimpl.nn.nodeformer.random_features`), the kernel estimate of Prop. 1 is
 
     SM^_m(x, y) = phi(x)^T phi(y) = (1/m) sum_i Z_i,  Z_i = exp(w_i^T s - (|x|^2 + |y|^2) / 2),
 
@@ -68,8 +68,7 @@ one there, e.g. ``monkeypatch.setattr(prf.estimates, "positive_random_features",
 
 from __future__ import annotations
 
-from typing import Any
-
+from proofs_check.erratum import Erratum
 from proofs_check.prf.estimates import kernel_estimates, projection_stack, rounding_allowance
 from proofs_check.prf.moments import eq18_log_variance, eq18_variance, lognormal_cumulants
 from proofs_check.prf.statistics import (
@@ -128,11 +127,8 @@ __all__ = [
 ]
 
 
-def errata() -> list[Any]:
-    """The package's :class:`proofs_check.errata.Erratum` entries, in report order (lazy:
-    :mod:`proofs_check.errata` imports this package)."""
-    from proofs_check.errata import Erratum
-
+def errata() -> list[Erratum]:
+    """The package's :class:`proofs_check.erratum.Erratum` entries, in report order."""
     return [
         Erratum(
             id="prf.thm1.exponent_r_squared",

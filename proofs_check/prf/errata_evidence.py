@@ -1,6 +1,6 @@
 """The counterexamples of the NodeFormer errata, evaluated: one ``*_evidence`` function each.
 
-Every function returns a :class:`proofs_check.errata.Evidence` (built by :func:`evidence`)
+Every function returns a :class:`proofs_check.erratum.Evidence` (built by :func:`evidence`)
 saying whether the printed formula and the corrected one hold on the erratum's
 counterexample, with the numbers; the entries that name them are built by
 :func:`proofs_check.prf.errata`. Each draws from its own fixed seed and runs on the host
@@ -16,6 +16,7 @@ import numpy as np
 from scipy import stats
 from scipy.special import logsumexp, softmax
 
+from proofs_check.erratum import Evidence
 from proofs_check.prf.estimates import kernel_estimates, projection_stack, rounding_allowance
 from proofs_check.prf.gumbel import CATEGORICAL_DRAWS, PAIR_DRAWS, gumbel_noise
 from proofs_check.prf.kernel import VARIANCE_DRAWS
@@ -29,8 +30,8 @@ from proofs_check.prf.statistics import (
 )
 from proofs_check.prf.thm1 import _scaled_pair, thm1_log_bound
 from proofs_check.registry import Context
-from refimpl.nn.kernel_attention import AllPairSoftmax
-from refimpl.nn.random_features import feature_exponent, positive_random_features
+from refimpl.nn.nodeformer.all_pair_softmax import AllPairSoftmax
+from refimpl.nn.nodeformer.random_features import feature_exponent, positive_random_features
 
 __all__ = [
     "eq20_direction_evidence",
@@ -46,10 +47,8 @@ __all__ = [
 ]
 
 
-def evidence(printed_holds: bool, correct_holds: bool, detail: str) -> Any:
-    """A :class:`proofs_check.errata.Evidence`, imported when called: ``errata`` imports us."""
-    from proofs_check.errata import Evidence
-
+def evidence(printed_holds: bool, correct_holds: bool, detail: str) -> Evidence:
+    """A :class:`proofs_check.erratum.Evidence` of plain ``bool`` verdicts."""
     return Evidence(bool(printed_holds), bool(correct_holds), detail)
 
 
@@ -57,7 +56,7 @@ def _host_context(seed: int) -> Context:
     return Context(rng=np.random.default_rng(seed), cases=0, xp=np)
 
 
-def thm1_exponent_evidence() -> Any:
+def thm1_exponent_evidence() -> Evidence:
     """Thm 1 / Eq. 21 at ``q = k = (4, 0)``, ``tau = 1``, ``m = 100``, ``eps = 0.1``."""
     r, tau, m, eps, draws = 4.0, 1.0, 100, 0.1, 2000
     x = y = np.array([r, 0.0]) / math.sqrt(tau)
@@ -88,7 +87,7 @@ def thm1_exponent_evidence() -> Any:
     )
 
 
-def eq20_direction_evidence() -> Any:
+def eq20_direction_evidence() -> Evidence:
     """Eq. 19's right side against Eq. 20 at ``q = k = (1/2, 0)``, then on random inputs."""
 
     def sides(q: Any, k: Any, tau: float, r: float, m: int, eps: float) -> tuple[float, float]:
@@ -115,7 +114,7 @@ def eq20_direction_evidence() -> Any:
     return evidence(rhs19 <= eq20, rhs19 > eq20 and min(gaps) > 0 and eq20 >= 0.9, detail)
 
 
-def eq51_sigma_evidence() -> Any:
+def eq51_sigma_evidence() -> Evidence:
     """Eq. 51's ``sigma^2`` against the sample variance, at ``x = y = 0`` and at a generic pair."""
     m, draws = 8, VARIANCE_DRAWS
     ctx = _host_context(51)
@@ -140,7 +139,7 @@ def eq51_sigma_evidence() -> Any:
 
 
 # -- Prop. 2-3 and Thm 2's proof -----------------------------------------------------------
-def eq35_evidence() -> Any:
+def eq35_evidence() -> Evidence:
     """Eq. 35's comparison at ``log alpha_v = 1``, ``log alpha_v' = 0``, sampled."""
     rng = np.random.default_rng(35)
     g = gumbel_noise(rng, (2, PAIR_DRAWS))
@@ -156,7 +155,7 @@ def eq35_evidence() -> Any:
     )
 
 
-def eq28_evidence() -> Any:
+def eq28_evidence() -> Evidence:
     """Eq. 28-29 at ``alpha = (0.2, 0.3, 0.5)``, ``k = 3``: which exponent gives ``P = alpha_k``."""
     alpha, k = np.array([0.2, 0.3, 0.5]), 2
     printed_power = alpha.sum() / alpha[k]  # (alpha_1 + ... + alpha_n) / alpha_k
@@ -175,7 +174,7 @@ def eq28_evidence() -> Any:
     )
 
 
-def eq30_evidence() -> Any:
+def eq30_evidence() -> Evidence:
     """Eq. 30's limit at ``alpha = (0.6, 0.4)``, ``tau = 1e-6``, with the library's Eq. 6."""
     rng = np.random.default_rng(30)
     logits = np.log(np.array([[0.6, 0.4], [0.5, 0.5]]))  # row 0 is the case; row 1 a filler
@@ -193,7 +192,7 @@ def eq30_evidence() -> Any:
     )
 
 
-def order_of_limits_evidence() -> Any:
+def order_of_limits_evidence() -> Evidence:
     """Thm 2 at fixed ``m = 64`` and ``tau = 1e-8``: the argmax law is ``softmax(-|k|^2/2)``."""
     tau, m, draws = 1e-8, 64, 10000
     q = np.array([0.6, 0.0])
@@ -228,7 +227,7 @@ def _beta_pair(q: Any, k_v: Any, k_w: Any, m: int, draws: int, seed: int) -> np.
     return draws * (features[1:] * features[0]).reshape(2, draws, m).sum(axis=2).T
 
 
-def eq34_evidence() -> Any:
+def eq34_evidence() -> Evidence:
     """Eq. 34's ``beta_v``, ``beta_v'`` at ``q = k_v = (1/2, 0)``, ``k_v' = (0, 1/2)``, m = 8."""
     q = k_v = np.array([0.5, 0.0])
     k_w, m, draws = np.array([0.0, 0.5]), 8, 4000
@@ -254,7 +253,7 @@ def eq34_evidence() -> Any:
     )
 
 
-def eq43_evidence() -> Any:
+def eq43_evidence() -> Evidence:
     """Eq. 43's ``E(c)`` at ``m = 1``, ``q = k_v = (1, 0)``, ``k_v' = (0, 1)``, ``tau = 1``."""
     q, k_v, k_w, draws = np.array([1.0, 0.0]), np.array([1.0, 0.0]), np.array([0.0, 1.0]), 20000
     beta = _beta_pair(q, k_v, k_w, 1, draws, 43)

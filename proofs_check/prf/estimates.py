@@ -1,9 +1,9 @@
 """The estimator under check: the library's positive random features, over many projections.
 
 :func:`kernel_estimates` evaluates Prop. 1's ``SM^_m(x, y) = phi(x)^T phi(y)`` with the
-library's :func:`~refimpl.nn.random_features.positive_random_features` for many
+library's :func:`~refimpl.nn.nodeformer.random_features.positive_random_features` for many
 independent projections at once, stacked by :func:`projection_stack` from the
-library's :func:`~refimpl.nn.random_features.draw_projection`. Both are looked up in
+library's :func:`~refimpl.nn.nodeformer.random_features.draw_projection`. Both are looked up in
 this module when a check runs, so a test swaps in a broken one here.
 :func:`rounding_allowance` bounds the float64 rounding of each estimate. ``TAUS`` are
 the temperatures of the Thm 1, Eq. 5, Thm 2 and Eq. 7 checks.
@@ -17,7 +17,7 @@ import numpy as np
 
 from proofs_check.registry import Context
 from refimpl.backend import to_numpy
-from refimpl.nn.random_features import draw_projection, positive_random_features
+from refimpl.nn.nodeformer.random_features import draw_projection, positive_random_features
 
 __all__ = ["TAUS", "kernel_estimates", "projection_stack", "rounding_allowance"]
 

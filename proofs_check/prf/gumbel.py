@@ -41,8 +41,9 @@ from proofs_check.prf.estimates import TAUS, projection_stack
 from proofs_check.prf.statistics import chi2_threshold, pearson, z_threshold
 from proofs_check.registry import Context, WorstCase, check
 from refimpl.backend import to_numpy
-from refimpl.nn.kernel_attention import AllPairSoftmax, KernelizedSoftmax
-from refimpl.nn.random_features import positive_random_features
+from refimpl.nn.nodeformer.all_pair_softmax import AllPairSoftmax
+from refimpl.nn.nodeformer.kernel_attention import KernelizedSoftmax
+from refimpl.nn.nodeformer.random_features import positive_random_features
 
 __all__ = ["CATEGORICAL_DRAWS", "PAIR_DRAWS", "argmax_bias", "gumbel_noise", "thm2_features"]
 

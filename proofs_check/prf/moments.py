@@ -1,7 +1,7 @@
 """NodeFormer Eq. 18 in closed form: the moments of the positive-random-feature estimate.
 
 With ``s = x + y`` and rows ``w_i`` of the projection (NodeFormer Eq. 4,
-:mod:`refimpl.nn.random_features`), the kernel estimate of Prop. 1 is
+:mod:`refimpl.nn.nodeformer.random_features`), the kernel estimate of Prop. 1 is
 
     SM^_m(x, y) = phi(x)^T phi(y) = (1/m) sum_i Z_i,  Z_i = exp(w_i^T s - (|x|^2 + |y|^2) / 2).
 

@@ -32,8 +32,9 @@ from proofs_check.prf.estimates import TAUS, kernel_estimates, projection_stack,
 from proofs_check.prf.moments import eq18_log_variance
 from proofs_check.prf.statistics import slope_and_error, z_threshold
 from proofs_check.registry import Context, WorstCase, check
-from refimpl.nn.kernel_attention import AllPairSoftmax, KernelizedSoftmax
-from refimpl.nn.random_features import draw_projection
+from refimpl.nn.nodeformer.all_pair_softmax import AllPairSoftmax
+from refimpl.nn.nodeformer.kernel_attention import KernelizedSoftmax
+from refimpl.nn.nodeformer.random_features import draw_projection
 
 __all__ = ["thm1_exponent", "thm1_log_bound"]
 

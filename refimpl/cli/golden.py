@@ -1,7 +1,7 @@
 """``refimpl golden export DIR`` and ``refimpl golden verify DIR``: golden vectors for other
 frameworks, and the check that the current code still reproduces them.
 
-The file format is documented in :mod:`refimpl.interop.golden`. ``verify`` exits 0 when every
+The file format is documented in :mod:`refimpl.interop.golden_format`. ``verify`` exits 0 when every
 case agrees, 1 on a numerical mismatch (after printing every table), and 2 (through
 :func:`refimpl.cli.main`, which prints the message) when the directory cannot be checked: no or
 bad manifest, a missing or altered file, an unknown class or case.
@@ -20,14 +20,14 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
-    from refimpl.interop.golden import GOLDEN_CASES
+    from refimpl.interop.golden_cases import GOLDEN_CASES
 
     parser = commands.add_parser(
         "golden",
         help="export golden vectors any framework can replay, or verify a directory of them",
         description="Golden vectors: float64 .npz files of inputs, parameters, noise, outputs "
         "and the gradients of L = sum(cotangent * out) for every layer and model, with a "
-        "manifest.json (see refimpl.interop.golden for the format).",
+        "manifest.json (see refimpl.interop.golden_format for the format).",
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     export = actions.add_parser(
@@ -83,12 +83,8 @@ def _export(args: argparse.Namespace) -> int:
 
 def _verify(args: argparse.Namespace) -> int:
     import refimpl
-    from refimpl.interop.golden import (
-        GRADIENT_RTOL,
-        OUTPUT_RTOL,
-        read_manifest,
-        verify_golden,
-    )
+    from refimpl.interop.golden import GRADIENT_RTOL, OUTPUT_RTOL, verify_golden
+    from refimpl.interop.golden_format import read_manifest
 
     started = time.perf_counter()
     manifest = read_manifest(args.directory)

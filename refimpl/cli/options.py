@@ -18,7 +18,7 @@ from refimpl.cli.types import (
     positive_int,
 )
 from refimpl.init import INITIALISERS
-from refimpl.nn.pairnorm import PAIRNORM_MODES
+from refimpl.nn.norms.pairnorm import PAIRNORM_MODES
 from refimpl.train import TrainConfig
 
 __all__ = [

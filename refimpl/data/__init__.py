@@ -18,7 +18,8 @@ from refimpl.data._unpickle import UnsafePickleError
 from refimpl.data.dataset import NodeDataset, coalesce, edge_homophily, row_normalize
 from refimpl.data.geom_gcn import GEOM_GCN_NAMES, load_geom_gcn
 from refimpl.data.graph_batch import GraphBatch, collate, iterate_batches
-from refimpl.data.graph_dataset import GraphDataset, load_graph_dataset, save_graph_dataset
+from refimpl.data.graph_dataset import GraphDataset
+from refimpl.data.graph_dataset_file import load_graph_dataset, save_graph_dataset
 from refimpl.data.molecules import synthetic_molecules
 from refimpl.data.planetoid import PLANETOID_NAMES, load_planetoid
 from refimpl.data.positional import laplacian_pe, random_sign_flip

@@ -36,7 +36,7 @@ import numpy as np
 from refimpl.backend import asarray, backend_name, get_array_module, is_array, to_numpy
 from refimpl.data.graph_dataset import GraphDataset, _cast_features
 from refimpl.graph import Graph
-from refimpl.ops.segment import Segments
+from refimpl.kernels.segment import Segments
 
 __all__ = ["GraphBatch", "collate", "iterate_batches"]
 

@@ -37,21 +37,22 @@ batching adds the offsets (:func:`refimpl.data.graph_batch.collate`).
 
 On disk: one ``.npz`` file
 --------------------------
-:func:`save_graph_dataset` writes ``numpy.savez_compressed`` with exactly the
-keys ``x``, ``edge_index``, ``edge_attr``, ``node_ptr``, ``edge_ptr``, ``y``
-(the arrays above, dtypes as in the table: float arrays of any float dtype,
-the three index arrays int64), ``name`` and ``task`` (0-d unicode arrays,
-``numpy.array("zinc")``) and ``format_version`` (0-d integer array, 1). No
-object arrays: :func:`load_graph_dataset` reads with ``allow_pickle=False`` and
-validates everything, naming the missing or extra key, or the wrong shape or
-dtype, and the fix. The write is atomic (a temporary file in the same folder,
-then ``os.replace``), so an interrupted save never leaves half a file.
+:func:`~refimpl.data.graph_dataset_file.save_graph_dataset` writes
+``numpy.savez_compressed`` with exactly the keys ``x``, ``edge_index``, ``edge_attr``,
+``node_ptr``, ``edge_ptr``, ``y`` (the arrays above, dtypes as in the table: float arrays of
+any float dtype, the three index arrays int64), ``name`` and ``task`` (0-d unicode arrays,
+``numpy.array("zinc")``) and ``format_version`` (0-d integer array, 1). No object arrays:
+:func:`~refimpl.data.graph_dataset_file.load_graph_dataset` reads with ``allow_pickle=False``
+and validates everything, naming the missing or extra key, or the wrong shape or dtype, and
+the fix. The write is atomic (a temporary file in the same folder, then ``os.replace``), so an
+interrupted save never leaves half a file.
 
 Producing the file from your own molecules (per graph ``i``: ``xs[i]`` (n_i, F),
 ``edges[i]`` (2, e_i) local indices, ``bonds[i]`` (e_i, B), ``ys[i]`` (T,))::
 
     import numpy as np
-    from refimpl.data.graph_dataset import GraphDataset, save_graph_dataset
+    from refimpl.data.graph_dataset import GraphDataset
+    from refimpl.data.graph_dataset_file import save_graph_dataset
 
     node_ptr = np.concatenate([[0], np.cumsum([len(a) for a in xs])]).astype(np.int64)
     edge_ptr = np.concatenate([[0], np.cumsum([e.shape[1] for e in edges])]).astype(np.int64)
@@ -77,39 +78,23 @@ encoded from ``data.x[:, 0]`` and ``data.edge_attr`` as above.
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from refimpl.files import atomic_write, read_npz
+from refimpl.data.graph_dataset_checks import (
+    _check_float,
+    _check_indices,
+    _check_int64,
+    _check_ptr,
+)
+from refimpl.data.pointers import _pointers, index_ranges
 from refimpl.graph import Graph
 
-__all__ = [
-    "FORMAT_VERSION",
-    "GraphDataset",
-    "load_graph_dataset",
-    "save_graph_dataset",
-]
+__all__ = ["GraphDataset"]
 
 TASKS = ("regression", "multilabel")
-FORMAT_VERSION = 1  # the ``format_version`` written and read
-FILE_KEYS = (
-    "x",
-    "edge_index",
-    "edge_attr",
-    "node_ptr",
-    "edge_ptr",
-    "y",
-    "name",
-    "task",
-    "format_version",
-)
-
-
-# -- the dataset -------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, eq=False)
@@ -313,162 +298,3 @@ def _cast_features(record: Any, dtype: Any) -> Any:
         edge_attr=record.edge_attr.astype(dtype),
         y=record.y.astype(dtype),
     )
-
-
-def _check_float(value: Any, key: str) -> None:
-    if not isinstance(value, np.ndarray) or value.dtype.kind != "f":
-        raise TypeError(
-            f"{key} must be a floating-point NumPy array, got "
-            f"{getattr(value, 'dtype', type(value).__name__)}; convert with "
-            f"np.asarray({key}, dtype=np.float64)"
-        )
-
-
-def _check_int64(value: Any, key: str) -> None:
-    if not isinstance(value, np.ndarray) or value.dtype != np.int64:
-        raise TypeError(
-            f"{key} must be an int64 NumPy array, got "
-            f"{getattr(value, 'dtype', type(value).__name__)}; convert with "
-            f"np.asarray({key}).astype(np.int64) (after checking the values are whole)"
-        )
-
-
-def _check_ptr(ptr: np.ndarray, key: str, total: int, what: str, *, empty: bool = True) -> None:
-    """``ptr`` (G+1,) starts at 0, ends at ``total``, never decreases (strictly increases
-    when ``empty`` is False: every graph has a node)."""
-    if ptr.ndim != 1 or ptr.shape[0] < 1:
-        raise ValueError(f"{key} must have shape (G + 1,), got {ptr.shape}")
-    if ptr[0] != 0 or ptr[-1] != total:
-        raise ValueError(
-            f"{key} must start at 0 and end at {what} ({total}), got {key}[0] = {int(ptr[0])}, "
-            f"{key}[-1] = {int(ptr[-1])}; build it with np.concatenate([[0], np.cumsum(counts)])"
-        )
-    steps = np.diff(ptr)
-    bad = np.flatnonzero(steps < (0 if empty else 1))
-    if bad.size:
-        g = int(bad[0])
-        need = "never decrease" if empty else "increase: every graph needs at least one node"
-        raise ValueError(f"{key} must {need}; graph {g} has {key}[{g}+1] - {key}[{g}] = {steps[g]}")
-
-
-def _check_indices(indices: Any, num_graphs: int) -> np.ndarray:
-    chosen = np.asarray(indices)
-    if chosen.dtype == np.bool_:
-        if chosen.shape != (num_graphs,):
-            raise ValueError(
-                f"a boolean mask of graphs must have shape (G,) = ({num_graphs},), "
-                f"got {chosen.shape}"
-            )
-        return np.flatnonzero(chosen)
-    if chosen.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    if chosen.ndim != 1 or chosen.dtype.kind not in "iu":
-        raise TypeError(
-            f"graph indices must be a 1-D integer array (or a (G,) bool mask), got "
-            f"{chosen.dtype}{chosen.shape}"
-        )
-    if int(chosen.min()) < 0 or int(chosen.max()) >= num_graphs:
-        raise ValueError(
-            f"graph indices must lie in [0, {num_graphs}), got values in "
-            f"[{int(chosen.min())}, {int(chosen.max())}]"
-        )
-    return chosen.astype(np.int64, copy=False)
-
-
-def index_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """``concatenate([arange(s, s + l) for s, l in zip(starts, lengths)])`` without a loop."""
-    ends = np.cumsum(lengths)  # (g,) end of each range in the output
-    # Output position p of range j holds starts[j] + (p - (ends[j] - lengths[j])).
-    return np.arange(int(ends[-1]) if ends.size else 0) + np.repeat(
-        starts - ends + lengths, lengths
-    )
-
-
-def _pointers(counts: np.ndarray) -> np.ndarray:
-    """``[0, c_0, c_0 + c_1, ...]`` as int64, (g + 1,)."""
-    ptr = np.zeros(counts.shape[0] + 1, dtype=np.int64)
-    np.cumsum(counts, out=ptr[1:])
-    return ptr
-
-
-# -- the file ----------------------------------------------------------------------------------
-
-
-def save_graph_dataset(path: str | os.PathLike, dataset: GraphDataset) -> None:
-    """Write ``dataset`` to one ``.npz`` file at ``path`` (exactly that name), atomically.
-
-    See the module docstring for the keys. The temporary file lives in the
-    target's folder (so ``os.replace`` is a rename on one file system) and is
-    removed if the write fails; the result gets the usual permissions
-    (``0o666`` less the umask).
-    """
-    if not isinstance(dataset, GraphDataset):
-        raise TypeError(f"dataset must be a GraphDataset, got {type(dataset).__name__}")
-    path = Path(path)
-    arrays = {
-        "x": dataset.x,
-        "edge_index": dataset.edge_index,
-        "edge_attr": dataset.edge_attr,
-        "node_ptr": dataset.node_ptr,
-        "edge_ptr": dataset.edge_ptr,
-        "y": dataset.y,
-        "name": np.array(dataset.name, dtype=np.str_),  # 0-d unicode
-        "task": np.array(dataset.task, dtype=np.str_),
-        "format_version": np.array(FORMAT_VERSION, dtype=np.int64),
-    }
-    # a file object: no ".npz" appended to the name
-    atomic_write(path, lambda stream: np.savez_compressed(stream, **arrays))
-
-
-def load_graph_dataset(path: str | os.PathLike) -> GraphDataset:
-    """Read a file written by :func:`save_graph_dataset` (or by hand to the same format).
-
-    Raises ``FileNotFoundError`` for a missing file, ``ValueError`` for a file
-    that is not an ``.npz`` archive, has missing or extra keys, object (pickled)
-    arrays, another ``format_version``, and ``ValueError``/``TypeError`` (with
-    the path in front) for any array the :class:`GraphDataset` validation rejects.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"no graph dataset file at {path}; write one with save_graph_dataset or see the "
-            "format in refimpl.data.graph_dataset"
-        )
-    hint = "write it with save_graph_dataset; the format is in refimpl.data.graph_dataset"
-    found = read_npz(path, ValueError, hint, what="graph dataset file")
-    missing = [key for key in FILE_KEYS if key not in found]
-    unexpected = sorted(key for key in found if key not in FILE_KEYS)
-    if missing or unexpected:
-        raise ValueError(
-            f"{path}: missing keys {missing}, unexpected keys {unexpected}; a graph dataset "
-            f"file holds exactly {list(FILE_KEYS)} ({hint})"
-        )
-    arrays = {key: found[key] for key in FILE_KEYS}
-    version = arrays["format_version"]
-    if version.shape != () or version.dtype.kind not in "iu" or int(version) != FORMAT_VERSION:
-        raise ValueError(
-            f"{path}: format_version is {version!r}; this refimpl reads format_version = "
-            f"{FORMAT_VERSION} (a 0-d integer array)"
-        )
-    strings = {}
-    for key in ("name", "task"):
-        value = arrays[key]
-        if value.shape != () or value.dtype.kind != "U":
-            raise ValueError(
-                f"{path}: {key} must be a 0-d unicode array such as np.array('zinc'), got "
-                f"{value.dtype}{value.shape}"
-            )
-        strings[key] = str(value[()])
-    try:
-        return GraphDataset(
-            name=strings["name"],
-            x=arrays["x"],
-            edge_index=arrays["edge_index"],
-            edge_attr=arrays["edge_attr"],
-            node_ptr=arrays["node_ptr"],
-            edge_ptr=arrays["edge_ptr"],
-            y=arrays["y"],
-            task=strings["task"],
-        )
-    except (TypeError, ValueError) as err:
-        raise type(err)(f"{path}: {err}") from err

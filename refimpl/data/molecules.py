@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from refimpl.data.graph_dataset import TASKS, GraphDataset, _pointers
+from refimpl.data.graph_dataset import TASKS, GraphDataset
+from refimpl.data.pointers import _pointers
 
 __all__ = [
     "ATOM_FREQUENCIES",

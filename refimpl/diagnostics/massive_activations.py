@@ -51,7 +51,7 @@ Conventions
   dropped before the fit and counted in ``num_nonfinite``; the infinite ratios
   among them are exactly those :func:`max_median_ratio` reports (and flags).
 - Subsampling: element counts reach millions (edges x heads x channels) and
-  the fit costs ~0.7 s per 100 000 values, so at most ``max_samples`` (default
+  the fit's cost grows with the number of values, so at most ``max_samples`` (default
   100 000; ``None`` = all) elements are drawn uniformly without replacement by
   ``numpy.random.default_rng(seed)``. Positions depend only on ``(R, C)`` and
   the seed, so a base and a trained array of one layer are compared on the same
@@ -116,7 +116,7 @@ __all__ = [
 
 MEDIANS = ("midpoint", "lower")  # NumPy's median; torch.median's
 DEFAULT_EPS = 1e-12  # inside the log; zeros map to t = 12
-DEFAULT_MAX_SAMPLES = 100_000  # gamma.fit ~0.7 s; KS resolution ~1/sqrt(n) = 0.003
+DEFAULT_MAX_SAMPLES = 100_000  # gamma.fit grows with n; KS resolution ~1/sqrt(n) = 0.003
 DEFAULT_THRESHOLD = 1000.0  # MA: max |x| about 1000x the row median (Sun et al., 2024)
 _MIN_FIT_SAMPLES = 4  # more values than the three free parameters
 
@@ -293,7 +293,7 @@ def gamma_ks_test(t: Any, params: tuple[float, float, float] | None = None) -> d
     ``mean_loglik`` (mean log-density of ``t`` under the gamma; ``-inf`` if a
     value lies below ``loc``) and ``num_samples`` (``n``).
     """
-    from scipy import stats  # ~0.3 s to import: only when a test is run
+    from scipy import stats  # slow to import: only when a test is run
 
     check_input(t, "t", ndim=1)
     sample = to_numpy(t).astype(np.float64, copy=False)

@@ -3,13 +3,9 @@
 
 from refimpl.interop.compare import Comparison, TensorComparison, compare_tensors
 from refimpl.interop.crosscheck import CrosscheckError, crosscheck, layer_from_config
-from refimpl.interop.golden import (
-    GOLDEN_CASES,
-    GoldenError,
-    export_golden,
-    read_manifest,
-    verify_golden,
-)
+from refimpl.interop.golden import export_golden, verify_golden
+from refimpl.interop.golden_cases import GOLDEN_CASES
+from refimpl.interop.golden_format import GoldenError, read_manifest
 from refimpl.interop.pyg import from_pyg, pyg_shapes, to_pyg
 
 __all__ = [

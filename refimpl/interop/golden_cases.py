@@ -33,7 +33,7 @@ from refimpl.nn import (
     TransformerAttention,
     TransformerConv,
 )
-from refimpl.nn.random_features import draw_projection
+from refimpl.nn.nodeformer.random_features import draw_projection
 
 __all__ = ["CASES", "GOLDEN_CASES", "REGISTRY", "CaseData", "GoldenCase"]
 

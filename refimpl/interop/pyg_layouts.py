@@ -12,8 +12,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from refimpl.nn.gat import GATConv
-from refimpl.nn.transformer_conv import TransformerConv
+from refimpl.nn.gat.conv import GATConv
+from refimpl.nn.transformer.transformer_conv import TransformerConv
 
 __all__ = [
     "NEWEST",

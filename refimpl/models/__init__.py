@@ -1,4 +1,4 @@
-"""Models: stacks of layers with their own forward/backward (see DESIGN.md's layer protocol)."""
+"""Models: stacks of layers with their own forward/backward (the layer protocol: docs/design.md)."""
 
 from refimpl.models.gat import GAT, GATLayerCache, GATModelCache
 from refimpl.models.graph_transformer import GraphTransformer, GraphTransformerCache

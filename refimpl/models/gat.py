@@ -21,7 +21,7 @@ Parameters: one flat ordered dict keyed ``layer{l}.{name}``, ``l`` from 0,
 ``W_s``, ``W_t`` unless shared, ``att``; ``bias`` if configured) in
 ``GATConv.param_shapes`` order, then ``res_W`` ``(n_l, n_{l-1})`` if residual.
 
-Randomness (DESIGN.md): with ``rng`` the masks are drawn in this fixed order,
+Randomness (docs/design.md): with ``rng`` the masks are drawn in this fixed order,
 each only when its probability is > 0: layer 0 input mask ``(N, n_0)``, layer 0
 attention mask ``(E, H_0)`` (over ``layers[0].prepare_graph(graph)``'s edges),
 layer 1 input mask, layer 1 attention mask, ...; each as ``rng.random(shape) >= p``.
@@ -52,8 +52,8 @@ import numpy as np
 from refimpl.backend import asarray
 from refimpl.graph import Graph
 from refimpl.init import INITIALISERS
-from refimpl.nn.gat import GATCache, GATConv
-from refimpl.nn.pairnorm import PAIRNORM_MODES, PairNorm, PairNormCache
+from refimpl.nn.gat.conv import GATCache, GATConv
+from refimpl.nn.norms.pairnorm import PAIRNORM_MODES, PairNorm, PairNormCache
 from refimpl.ops.activations import get_activation
 from refimpl.ops.dropout import Dropout, DropoutCache
 from refimpl.ops.linear import Linear, LinearCache
@@ -279,7 +279,7 @@ class GAT:
         layer_params = self.layer_params(params, i)
         # parameters, x and the graph were checked once in forward; what is left to catch
         # is an overflow inside the layer, checked on its output (N, n_l)
-        z, conv_cache = conv._forward(
+        z, conv_cache = conv.forward_unchecked(
             layer_params, h_in, conv.prepare_graph(graph), training, rng, attn_mask
         )
         check_finite(z, "its output")

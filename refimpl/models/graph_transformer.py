@@ -18,59 +18,58 @@ when ``batch`` is None)::
         node-level (pool=None) instead:
     F7' out  = h W_out^T + b_out                    (N, out)
 
-The attention graph (Eq. 7's mask, attended by every layer) is the input graph
-with its self-loops replaced by one per node (Eq. 7's ``i = j``), and with
-``global_node`` an edge from every node to its graph's global node and back, and
-a self-loop on each global node (Eq. 14: the global node attends to its graph,
-and every node to it). Edge order: the input's non-loop edges, the node loops,
-node -> global, global -> node, the global loops. Each attention edge carries
-the input's ``edge_attr`` (zeros on added edges) followed by one-hot type
-columns ``[self-loop, to global, from global]`` (the last two with
-``global_node``), embedded by F4 and read by every layer's ``W^E`` (Eq. 12-13).
-Without ``edge_dim`` and ``global_node`` there are no edge features and no F4.
+The layers attend over the attention graph of :mod:`refimpl.models.attention_graph`
+(Eq. 7's mask; with ``global_node``, Eq. 14's global nodes). F4 embeds its edge features,
+the input's ``edge_attr`` (zeros on added edges) and one-hot edge types, read by every
+layer's ``W^E`` (Eq. 12-13); without ``edge_dim`` and ``global_node`` there is no F4.
 
-Pooling runs over the real nodes; the global nodes only mix information during
-the layers. Positional encodings are an input (``refimpl.data.positional``):
-random sign flips belong to the training loop, so the model is a deterministic
-function of its inputs and its ``noise``.
+Pooling runs over the real nodes; the global nodes only mix information during the layers.
+Positional encodings are an input (``refimpl.data.positional``): random sign flips belong to the
+training loop, so the model is a deterministic function of its inputs and its ``noise``.
 
-Parameters, in order: ``input.W (D, in)``, ``input.b``, ``pe.W (D, pe_dim)``,
-``pe.b`` (pe_dim > 0), ``edge.W (D, edge_dim + types)``, ``edge.b`` (edge
-features), ``global.embedding (D,)`` (global_node), per layer
-``layer{l}.{GraphTransformerLayer names}``, then ``head1.W (D, D)``, ``head1.b``,
-``head2.W (out, D)``, ``head2.b`` (graph level) or ``head.W (out, D)``,
-``head.b`` (node level). ``init_params``: each block's own (Glorot-uniform
-linears with zero biases, attention as PyG's ``TransformerConv``, LayerNorm ones
-and zeros, a zero global embedding).
+Parameters, in order: ``input.W (D, in)``, ``input.b``, ``pe.W (D, pe_dim)``, ``pe.b``
+(pe_dim > 0), ``edge.W (D, edge_dim + types)``, ``edge.b`` (edge features),
+``global.embedding (D,)`` (global_node), per layer ``layer{l}.{GraphTransformerLayer names}``,
+then ``head1.W (D, D)``, ``head1.b``, ``head2.W (out, D)``, ``head2.b`` (graph level) or
+``head.W (out, D)``, ``head.b`` (node level). ``init_params``: each block's own (Glorot-uniform
+linears with zero biases, attention as PyG's ``TransformerConv``, LayerNorm ones and zeros, a
+zero global embedding).
 
 Randomness: ``noise`` keys ``layer{l}.attn_dropout``, ``layer{l}.dropout1``,
-``layer{l}.dropout2`` (the layer's keys), drawn from ``rng`` in layer order when
-not given and used; ``cache.noise`` replays a step.
+``layer{l}.dropout2`` (the layer's keys), drawn from ``rng`` in layer order when not given and
+used; ``cache.noise`` replays a step.
 """
 
 from __future__ import annotations
 
-import hashlib
-import weakref
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from refimpl.backend import asarray, get_array_module, to_numpy
+from refimpl.backend import get_array_module, to_numpy
 from refimpl.graph import Graph
-from refimpl.nn._blocks import (
+from refimpl.kernels.segment import Segments
+from refimpl.models.attention_graph import (
+    AttentionGraph,
+    _check_batch,
+    _GlobalEmbedding,
+    attention_graph,
+)
+from refimpl.nn.stacks import (
     block_backward,
     flat_param_shapes,
     init_flat_params,
     split_params,
 )
-from refimpl.nn.graph_transformer import GraphTransformerLayer, GraphTransformerLayerCache
-from refimpl.nn.transformer_conv import TransformerConv
+from refimpl.nn.transformer.graph_transformer_layer import (
+    GraphTransformerLayer,
+    GraphTransformerLayerCache,
+)
+from refimpl.nn.transformer.transformer_conv import TransformerConv
 from refimpl.ops.activations import ReLU, SignCache
 from refimpl.ops.linear import Linear, LinearCache
 from refimpl.ops.pooling import GlobalPool
-from refimpl.ops.segment import Segments
 from refimpl.validation import (
     check_block_inputs,
     check_cotangent,
@@ -79,33 +78,9 @@ from refimpl.validation import (
     check_positive_int,
 )
 
-__all__ = ["AttentionGraph", "GraphTransformer", "GraphTransformerCache"]
+__all__ = ["GraphTransformer", "GraphTransformerCache"]
 
 POOLS = ("mean", "sum", None)
-
-
-class AttentionGraph(NamedTuple):
-    """The graph every layer attends over, and how its edges relate to the input's."""
-
-    graph: Graph  # on N' = N (+ G) nodes
-    kept: Any  # (E,) bool host array: input edges that are not self-loops
-    edge_types: Any  # (E', T) host float 0/1: the one-hot type columns of every edge
-    num_nodes: int  # N, the real nodes (rows 0..N-1)
-    row_graph: Any  # (N',) int64 host: the graph of every node of the attention graph
-    num_graphs: int  # G (a graph may have no node)
-    device: dict  # copies on an array backend, made once (see ``on``): no transfer per step
-
-    def on(self, name: str, xp: Any, dtype: Any = None) -> Any:
-        """``kept``, ``edge_types`` or ``batch`` (the real nodes grouped by graph, a
-        ``Segments``) on the array module ``xp``, copied once and then reused."""
-        key = (name, xp.__name__, None if dtype is None else np.dtype(dtype).name)
-        if key not in self.device:
-            if name == "batch":
-                batch = xp.asarray(self.row_graph[: self.num_nodes])
-                self.device[key] = Segments(batch, self.num_graphs)
-            else:
-                self.device[key] = xp.asarray(getattr(self, name), dtype=dtype)
-        return self.device[key]
 
 
 class GraphTransformerCache(NamedTuple):
@@ -122,72 +97,6 @@ class GraphTransformerCache(NamedTuple):
     head: LinearCache  # F8's second linear, or F7' (node level)
     batch: Segments | None  # the real nodes grouped by graph (graph level)
     noise: dict[str, Any]  # the masks used, as forward(noise=...) takes them
-
-
-class _GlobalEmbedding:
-    """The learned initial state of the global nodes, ``embedding (D,)``, zero at init."""
-
-    def __init__(self, channels: int) -> None:
-        self.channels = channels
-
-    def param_shapes(self) -> dict[str, tuple[int, ...]]:
-        return {"embedding": (self.channels,)}
-
-    def init_params(
-        self, rng: np.random.Generator, backend: str | None = None, dtype: Any = np.float64
-    ) -> dict[str, Any]:
-        return {"embedding": asarray(np.zeros(self.channels), backend=backend, dtype=dtype)}
-
-
-# input graph -> {(global_node, batch digest): AttentionGraph}; rebuilt only for new graphs
-_ATTENTION_GRAPHS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def attention_graph(
-    graph: Graph, batch: np.ndarray, num_graphs: int, global_node: bool
-) -> AttentionGraph:
-    """The graph the layers attend over (see the module docstring), cached per input graph."""
-    key = (global_node, num_graphs, hashlib.sha1(batch.tobytes()).hexdigest())
-    built = _ATTENTION_GRAPHS.setdefault(graph, {})
-    if key not in built:
-        built[key] = _build_attention_graph(graph, batch, num_graphs, global_node)
-    return built[key]
-
-
-def _build_attention_graph(
-    graph: Graph, batch: np.ndarray, num_graphs: int, global_node: bool
-) -> AttentionGraph:
-    edge_index = to_numpy(graph.edge_index)  # (2, E)
-    n = graph.num_nodes
-    kept = edge_index[0] != edge_index[1]  # (E,)
-    nodes = np.arange(n, dtype=np.int64)
-    # blocks of edges, in order: (sources, targets, type column or None for input edges)
-    parts = [(edge_index[0, kept], edge_index[1, kept], None), (nodes, nodes, 0)]
-    num_nodes, num_types = n, 1
-    if global_node:
-        centres = n + batch  # (N,) each node's global node
-        own = np.arange(n, n + num_graphs, dtype=np.int64)  # (G,)
-        parts += [(nodes, centres, 1), (centres, nodes, 2), (own, own, 0)]
-        num_nodes, num_types = n + num_graphs, 3
-    types = []
-    for sources, _, column in parts:
-        block = np.zeros((sources.size, num_types))  # (E_block, T)
-        if column is not None:
-            block[:, column] = 1.0
-        types.append(block)
-    edges = np.stack(
-        [np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])]
-    )  # (2, E')
-    row_graph = np.concatenate([batch, np.arange(num_graphs)]) if global_node else batch
-    return AttentionGraph(
-        Graph(edges, num_nodes),
-        kept,
-        np.concatenate(types),
-        n,
-        row_graph.astype(np.int64),
-        num_graphs,
-        {},
-    )
 
 
 @dataclass(frozen=True)
@@ -492,25 +401,3 @@ class GraphTransformer:
             result[f"layer{i}.scores"] = (scores.reshape(scores.shape[0], -1), edge_graph)
             result[f"layer{i}.output"] = (layer.out, structure.row_graph)
         return result
-
-
-def _check_batch(batch: Any, num_graphs: int | None, n: int) -> tuple[np.ndarray, int]:
-    """Host ``batch (N,)`` int64 and ``G``; a single graph when ``batch`` is None."""
-    if batch is None:
-        if num_graphs not in (None, 1):
-            raise ValueError(
-                f"num_graphs={num_graphs} needs a batch vector saying each node's graph"
-            )
-        return np.zeros(n, dtype=np.int64), 1
-    batch = to_numpy(batch)
-    if batch.shape != (n,) or batch.dtype.kind not in "iu":
-        raise ValueError(
-            f"batch must be an int array of shape (N,) = ({n},), the graph of every node; got "
-            f"{batch.dtype}{tuple(batch.shape)}"
-        )
-    low = int(batch.min()) if n else 0
-    high = int(batch.max()) + 1 if n else 0
-    num_graphs = high if num_graphs is None else num_graphs
-    if low < 0 or high > num_graphs:
-        raise ValueError(f"batch values must lie in [0, num_graphs) = [0, {num_graphs})")
-    return batch.astype(np.int64), int(num_graphs)

@@ -25,7 +25,7 @@ returns the gradient of ``<d_logits, logits> + lambda L_e``: the model's trainin
 objective once ``d_logits`` is that of ``L_s``. ``cache.edge_loss`` holds ``L_e``
 (unweighted) and :meth:`NodeFormer.auxiliary_loss` ``lambda L_e``.
 
-Randomness (DESIGN.md). Keys of ``noise`` and ``cache.noise``, drawn from ``rng`` in
+Randomness (docs/design.md). Keys of ``noise`` and ``cache.noise``, drawn from ``rng`` in
 this order when not given: ``input.dropout`` ``(N, D)`` keep-mask; then per layer
 ``layer{l}.projection`` ``(m, D)`` and ``layer{l}.gumbel`` ``(N, heads, K)`` (the
 conv's own order and shapes) and ``layer{l}.dropout`` ``(N, D)``. Each only when
@@ -56,21 +56,21 @@ import numpy as np
 
 from refimpl.backend import asarray, backend_name, get_array_module
 from refimpl.graph import Graph
-from refimpl.nn._blocks import (
+from refimpl.nn.nodeformer.conv import NodeFormerCache, NodeFormerConv
+from refimpl.nn.nodeformer.edge_loss import (
+    EDGE_LOSS_CONVENTIONS,
+    EdgeLossCache,
+    NodeFormerEdgeLoss,
+)
+from refimpl.nn.nodeformer.random_features import draw_projection
+from refimpl.nn.norms.layernorm import LayerNorm, LayerNormCache
+from refimpl.nn.stacks import (
     accumulate_grads,
     block_backward,
     flat_param_shapes,
     init_flat_params,
     split_params,
 )
-from refimpl.nn.layernorm import LayerNorm, LayerNormCache
-from refimpl.nn.nodeformer import NodeFormerCache, NodeFormerConv
-from refimpl.nn.nodeformer_edge_loss import (
-    EDGE_LOSS_CONVENTIONS,
-    EdgeLossCache,
-    NodeFormerEdgeLoss,
-)
-from refimpl.nn.random_features import draw_projection
 from refimpl.ops.activations import ELU, ELUCache
 from refimpl.ops.dropout import Dropout, DropoutCache, recorded_dropout
 from refimpl.ops.linear import Linear, LinearCache

@@ -1,6 +1,7 @@
 """Deliberately naive dense attention (LipschitzNorm Eq. 3-5, 7, 15, 17, 19): Python loops.
 
-Never optimised; it exists so the vectorised blocks of :mod:`refimpl.nn.attention`
+Never optimised; it exists so the vectorised blocks of
+:mod:`refimpl.nn.lipschitz.multi_head_attention`
 have an independent formulation to agree with. Every score, norm, softmax and
 output column is an explicit loop over entries, on the host, sharing no code
 with ``refimpl.nn``. The spectral norm is taken as ``sqrt(max eig(Q^T Q))``

@@ -1,9 +1,14 @@
-"""A deliberately naive GAT forward: a Python loop over targets, explicit neighbour sums.
+"""Deliberately naive GAT pieces: the forward loop over targets and the twins' shared helpers.
 
-Never optimised; it exists so the vectorised ``GATConv`` has an independent
-formulation to agree with. It re-derives every step from the equations
-(GAT-balance Eq. 1-2; Velickovic et al. 2018 for v1) with NumPy on the host and
-shares no code with ``refimpl.nn.gat`` beyond the parameter names.
+Never optimised; they exist so the vectorised ``GATConv`` has an independent
+formulation to agree with. :func:`gat_forward` re-derives the whole forward from
+the equations (GAT-balance Eq. 1-2; Velickovic et al. 2018 for v1) one target at
+a time. The literal forward/backward twins live one per variant beside it
+(:mod:`refimpl.naive.gat_v1`, :mod:`refimpl.naive.gat_v2`) and read the small
+helpers below: the edges attended (self-loops as PyG adds them), LeakyReLU and
+its derivative, and the softmax over each target's incoming edges with its
+Jacobian written out. All of it is NumPy on the host, shares no code with
+``refimpl.nn.gat.conv`` beyond the parameter names, and is never clever.
 """
 
 from __future__ import annotations
@@ -12,11 +17,74 @@ import math
 
 import numpy as np
 
-__all__ = ["gat_forward"]
+__all__ = [
+    "attended_edges",
+    "gat_forward",
+    "leaky_relu",
+    "leaky_relu_derivative",
+    "softmax_per_target",
+    "softmax_per_target_backward",
+]
 
 
-def _leaky_relu(value: np.ndarray | float, slope: float) -> np.ndarray | float:
-    return np.where(np.asarray(value) > 0, value, slope * np.asarray(value))
+# -- helpers shared by the twins (gat_v1.py, gat_v2.py) -------------------------------------
+
+
+def attended_edges(edge_index: np.ndarray, num_nodes: int, add_self_loops: bool) -> np.ndarray:
+    """The edges a layer attends over, ``(E, 2)`` rows ``(u, v)``, in the order PyG uses.
+
+    With ``add_self_loops`` every existing loop is dropped and one loop per node is
+    appended (original non-loop edges first, then ``(0, 0) .. (N-1, N-1)``);
+    duplicate edges stay, each its own edge.
+    """
+    edges = [(int(u), int(v)) for u, v in np.asarray(edge_index).T]
+    if add_self_loops:
+        edges = [(u, v) for u, v in edges if u != v] + [(v, v) for v in range(num_nodes)]
+    return np.array(edges, dtype=np.int64).reshape(-1, 2)
+
+
+def leaky_relu(pre: np.ndarray, slope: float) -> np.ndarray:
+    """``pre`` where ``pre > 0``, else ``slope * pre``."""
+    return np.where(pre > 0, pre, slope * pre)
+
+
+def leaky_relu_derivative(pre: np.ndarray, slope: float) -> np.ndarray:
+    """1 where ``pre > 0``, else ``slope``: at exactly 0 the slope (PyTorch's convention)."""
+    return np.where(pre > 0, 1.0, slope)
+
+
+def softmax_per_target(scores: np.ndarray, edges: np.ndarray, num_nodes: int) -> np.ndarray:
+    """``alpha_uv = exp(e_uv) / sum_{k in N(v)} exp(e_kv)`` per head (GAT-balance Eq. 2).
+
+    ``scores`` (E, H) -> alpha (E, H); a target's maximum is subtracted first (the
+    textbook stable form). A node with no incoming edge has no coefficient.
+    """
+    alpha = np.zeros_like(scores)
+    for v in range(num_nodes):
+        into_v = np.flatnonzero(edges[:, 1] == v)  # its incoming edges, in edge order
+        if into_v.size == 0:
+            continue
+        shifted = scores[into_v] - scores[into_v].max(axis=0)  # (k, H)
+        alpha[into_v] = np.exp(shifted) / np.exp(shifted).sum(axis=0)
+    return alpha
+
+
+def softmax_per_target_backward(
+    alpha: np.ndarray, d_alpha: np.ndarray, edges: np.ndarray, num_nodes: int
+) -> np.ndarray:
+    """Adjoint of :func:`softmax_per_target` through its Jacobian, written out per target.
+
+    For target ``v`` and head ``h`` with coefficients ``a = alpha[N(v), h]`` (k,),
+    ``J[i, j] = d a_j / d e_i = a_j (delta_ij - a_i)`` (k, k), ``d e = J @ d a``.
+    """
+    d_scores = np.zeros_like(alpha)
+    for v in range(num_nodes):
+        into_v = np.flatnonzero(edges[:, 1] == v)
+        for head in range(alpha.shape[1]):
+            a = alpha[into_v, head]  # (k,)
+            jacobian = np.diag(a) - np.outer(a, a)  # (k, k), symmetric
+            d_scores[into_v, head] = jacobian @ d_alpha[into_v, head]
+    return d_scores
 
 
 def _v1_denominator(
@@ -28,7 +96,8 @@ def _v1_denominator(
     v: int,
     head: int,
 ) -> float:
-    """GATv1 LipschitzNorm denominator for the edge ``u -> v`` (see ``refimpl.nn.lipschitz_norm``).
+    """GATv1 LipschitzNorm denominator for the edge ``u -> v``
+    (see ``refimpl.nn.lipschitz.neighbourhood_norm``).
 
     "paper": ``||[a_src; a_dst]|| * max_k ||[W h_k; W h_v]||``; "reference-code":
     ``4 ||[a_src; a_dst]|| * sqrt(max_k ||W h_k||^2 + ||W h_u||^2) + 1e-12``.
@@ -86,9 +155,9 @@ def gat_forward(
                     )
                     if lipschitz is not None:
                         raw = raw / _v1_denominator(lipschitz, params, h_src, incoming, u, v, head)
-                    scores.append(float(_leaky_relu(raw, slope)))
+                    scores.append(float(leaky_relu(raw, slope)))
                 else:
-                    hidden = _leaky_relu(h_src[u][head] + h_dst[v][head], slope)
+                    hidden = leaky_relu(h_src[u][head] + h_dst[v][head], slope)
                     score = float(params["att"][head] @ hidden)
                     if lipschitz is not None:
                         # LipschitzNorm Sec. 5: ||a|| * max over the neighbourhood of ||x_kv||

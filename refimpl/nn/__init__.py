@@ -1,6 +1,8 @@
-"""Layers, one module each, every one a forward/backward pair (see DESIGN.md's layer protocol)."""
+"""Layers, grouped by paper or family, every one a forward/backward pair (the layer protocol:
+docs/design.md)."""
 
-from refimpl.nn.attention import (
+from refimpl.nn.gat.conv import GATCache, GATConv
+from refimpl.nn.lipschitz.multi_head_attention import (
     Attention,
     AttentionCache,
     MultiHeadAttention,
@@ -8,25 +10,23 @@ from refimpl.nn.attention import (
     TransformerAttention,
     TransformerAttentionCache,
 )
-from refimpl.nn.gat import GATCache, GATConv
-from refimpl.nn.graph_transformer import GraphTransformerLayer, GraphTransformerLayerCache
-from refimpl.nn.kernel_attention import (
-    AllPairSoftmax,
-    AllPairSoftmaxCache,
-    KernelizedSoftmax,
-    KernelizedSoftmaxCache,
-)
-from refimpl.nn.layernorm import LayerNorm, LayerNormCache
-from refimpl.nn.lipschitz_norm import TransformerLipschitzCache
-from refimpl.nn.nodeformer import NodeFormerCache, NodeFormerConv
-from refimpl.nn.nodeformer_edge_loss import EdgeLossCache, NodeFormerEdgeLoss
-from refimpl.nn.pairnorm import PairNorm, PairNormCache
-from refimpl.nn.random_features import (
+from refimpl.nn.lipschitz.neighbourhood_norm import TransformerLipschitzCache
+from refimpl.nn.nodeformer.all_pair_softmax import AllPairSoftmax, AllPairSoftmaxCache
+from refimpl.nn.nodeformer.conv import NodeFormerCache, NodeFormerConv
+from refimpl.nn.nodeformer.edge_loss import EdgeLossCache, NodeFormerEdgeLoss
+from refimpl.nn.nodeformer.kernel_attention import KernelizedSoftmax, KernelizedSoftmaxCache
+from refimpl.nn.nodeformer.random_features import (
     PositiveRandomFeatures,
     RandomFeaturesCache,
     draw_projection,
 )
-from refimpl.nn.transformer_conv import TransformerConv, TransformerConvCache
+from refimpl.nn.norms.layernorm import LayerNorm, LayerNormCache
+from refimpl.nn.norms.pairnorm import PairNorm, PairNormCache
+from refimpl.nn.transformer.graph_transformer_layer import (
+    GraphTransformerLayer,
+    GraphTransformerLayerCache,
+)
+from refimpl.nn.transformer.transformer_conv import TransformerConv, TransformerConvCache
 
 __all__ = [
     "AllPairSoftmax",

@@ -1,6 +1,6 @@
 """Inverted dropout with explicit randomness: the keep-mask is drawn from a generator or passed in.
 
-DESIGN.md, Randomness: nothing reads global random state, and the noise itself
+docs/design.md, Randomness: nothing reads global random state, and the noise itself
 can be passed in, so another implementation (PyTorch, a golden-vector file) can
 be fed exactly the mask this one used (``cache.mask``).
 """
@@ -74,8 +74,8 @@ class Dropout:
         scale = 1.0 / (1.0 - self.p)
         if not training or self.p == 0:
             # The identity computes nothing, so it checks the type alone and the block that
-            # computes with x checks its values: a finiteness pass over Cora's features
-            # here cost 2.4 ms, as much as a GAT layer's scoring.
+            # computes with x checks its values: a finiteness pass over the input
+            # features here would cost as much as a GAT layer's scoring.
             check_array(x, "x")
             return x, DropoutCache(None, scale, tuple(x.shape), x.dtype)
         xp = check_input(x)

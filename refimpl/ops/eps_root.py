@@ -5,8 +5,8 @@ Given a non-negative statistic ``q`` (a mean square), the denominator is
     D = sqrt(q + eps)        eps inside the root
     D = sqrt(q) + eps        eps outside the root
 
-Libraries differ on the placement (see ``refimpl.nn.pairnorm`` and
-``refimpl.nn.layernorm``), so both blocks take it as an option and share this step.
+Libraries differ on the placement (see ``refimpl.nn.norms.pairnorm`` and
+``refimpl.nn.norms.layernorm``), so both blocks take it as an option and share this step.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ graph. With the nodes grouped by graph (``Segments`` over the batch vector,
     mean:  out_g = (1 / n_g) sum_{v in g} x_v
 
 Forward and backward are the adjoint pair ``segment_sum`` / ``gather``
-(:mod:`refimpl.ops.segment`): every node of graph ``g`` receives ``d_out_g``
+(:mod:`refimpl.kernels.segment`): every node of graph ``g`` receives ``d_out_g``
 (sum) or ``d_out_g / n_g`` (mean).
 
 Empty graphs (a segment with no node): both reductions give 0 (the mean divides
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from refimpl.backend import get_array_module
-from refimpl.ops.segment import Segments, gather, segment_sum
+from refimpl.kernels.segment import Segments, gather, segment_sum
 from refimpl.validation import check_cotangent, check_input
 
 __all__ = ["POOL_REDUCTIONS", "GlobalPool", "GlobalPoolCache"]
@@ -46,7 +46,7 @@ class GlobalPool:
     """Per-graph mean or sum of node features: ``(N, F) -> (G, F)``.
 
     ``forward(params, x (N, F), segments)`` with ``params = {}`` (no
-    parameters) and ``segments`` the :class:`~refimpl.ops.segment.Segments`
+    parameters) and ``segments`` the :class:`~refimpl.kernels.segment.Segments`
     of the nodes by graph (``N`` items, ``G`` segments, on ``x``'s backend);
     ``backward(params, cache, d_out (G, F)) -> (d_x (N, F), {})``.
 
@@ -70,8 +70,8 @@ class GlobalPool:
             raise ValueError(f"GlobalPool has no parameters; pass {{}}, got keys {sorted(params)}")
         if not isinstance(segments, Segments):
             raise TypeError(
-                f"segments must be refimpl.ops.segment.Segments (GraphBatch.batch_segments(xp)), "
-                f"got {type(segments).__name__}"
+                "segments must be refimpl.kernels.segment.Segments "
+                f"(GraphBatch.batch_segments(xp)), got {type(segments).__name__}"
             )
         if segments.num_items != x.shape[0]:
             raise ValueError(

@@ -19,42 +19,20 @@ per graph. The backward needs ``d_messages`` anyway (for ``d_w``); for ``d_h``
 the per-head products ``A_h^T @ d_out_h`` read strided per-head slices, which
 pays off only for one head or wide heads, so otherwise it reuses
 ``d_messages`` (B1 as written: one segment-sum product over all ``H * C``
-columns). Measured by ``scripts/bench_propagate.py`` (Cora-sized graph, 2
-cores), sparse per head against the literal steps: forward 1.6x faster at 8
-heads x 8 channels and ~4x at 64 channels; backward 1.2x at 1 x 64 and 1.3x at
-8 x 64, but 0.9x at 8 x 8. Other backends run the steps literally.
+columns). ``scripts/bench_propagate.py`` measures both against the literal
+steps (figures in the benchmark docs). Other backends run the steps literally.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
-from refimpl.ops.csr import csr_matmul_per_head
-from refimpl.ops.segment import Segments, gather, segment_sum
+from refimpl.kernels.csr import csr_matmul_per_head
+from refimpl.kernels.segment import Segments, gather, segment_sum
 
 __all__ = ["head_matrices", "propagate", "propagate_backward"]
 
 _WIDE_HEAD = 32  # channels per head from which per-head sparse products win in the backward
-
-
-def _structure(rows: Segments, columns: Segments) -> tuple[Any, Any, Any]:
-    """``(edge_order, column, indptr)`` of the CSR ``(R, C)`` matrices, built once per pair.
-
-    Edges grouped by row (the cached order of ``rows``' segment-sum matrix);
-    ``column`` and ``indptr`` as int32 so that SciPy takes them without scanning
-    them for a narrower index type on every call.
-    """
-    cached = rows._structures.get(columns)
-    if cached is None:
-        structure = rows._sum_matrix(np.float64)  # CSR (R, E): indices = edges grouped by row
-        edge_order = structure.indices  # (E,)
-        index_type = np.int32 if max(rows.num_items, columns.num_segments) < 2**31 else np.int64
-        column = columns.index[edge_order].astype(index_type)  # (E,) in CSR order
-        cached = (edge_order, column, structure.indptr.astype(index_type))
-        rows._structures[columns] = cached
-    return cached
 
 
 def head_matrices(weights: Any, rows: Segments, columns: Segments) -> list[Any]:
@@ -67,7 +45,7 @@ def head_matrices(weights: Any, rows: Segments, columns: Segments) -> list[Any]:
     """
     import scipy.sparse as sp
 
-    edge_order, column, indptr = _structure(rows, columns)
+    edge_order, column, indptr = rows.pair_structure(columns)
     shape = (rows.num_segments, columns.num_segments)
     return [
         sp.csr_matrix((weights[edge_order, h], column, indptr), shape=shape, copy=False)
@@ -92,7 +70,7 @@ def propagate(h: Any, weights: Any, src: Segments, dst: Segments) -> Any:
     -------
     (N, H, C) array; targets with no incoming edge get zeros.
     """
-    if src._backend == "numpy":
+    if src.backend == "numpy":
         matrices = head_matrices(weights, dst, src)  # A_h, (N, N) per head
         return csr_matmul_per_head(matrices, h)
     messages = gather(h, src) * weights[..., None]  # F1 (E, H, C)
@@ -112,7 +90,7 @@ def propagate_backward(
     d_messages = gather(d_out, dst)  # B2 (E, H, C)
     d_weights = xp.einsum("ehc,ehc->eh", d_messages, h_edges)  # B1 (E, H)
     heads, channels = d_out.shape[1:]
-    if src._backend == "numpy" and (heads == 1 or channels >= _WIDE_HEAD):
+    if src.backend == "numpy" and (heads == 1 or channels >= _WIDE_HEAD):
         transposed = head_matrices(weights, src, dst)  # A_h^T, (N, N) per head
         d_h = csr_matmul_per_head(transposed, d_out)
     else:

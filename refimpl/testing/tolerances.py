@@ -23,3 +23,9 @@ FORWARD_RTOL = {np.dtype(np.float64): 1e-12, np.dtype(np.float32): 1e-5}
 # zero by cancellation: see refimpl.interop.compare), or, where the reference can be re-run,
 # entry by entry to the magnitude of the terms that cancelled (refimpl.testing.rounding).
 GRADIENT_RTOL = {np.dtype(np.float64): 1e-10, np.dtype(np.float32): 1e-4}
+
+# A fused layer against its literal twin (refimpl.naive: the paper's equations as loops and
+# per-edge einsums): the same maths in another summation order, forward and every gradient,
+# judged relative to the largest entry of each tensor (float64 only: the twins are the
+# reading copy, run on the host in float64).
+TWIN_RTOL = 1e-12

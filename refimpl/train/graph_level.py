@@ -38,7 +38,8 @@ import numpy as np
 
 from refimpl.backend import asarray
 from refimpl.data.graph_batch import GraphBatch, collate
-from refimpl.data.graph_dataset import GraphDataset, index_ranges
+from refimpl.data.graph_dataset import GraphDataset
+from refimpl.data.pointers import index_ranges
 from refimpl.data.positional import laplacian_pe, random_sign_flip
 from refimpl.metrics import roc_auc
 from refimpl.ops.losses import BCEWithLogits, L1Loss, MSELoss

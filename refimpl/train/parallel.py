@@ -31,8 +31,8 @@ def _one_blas_thread_for_children() -> Iterator[None]:
     BLAS reads these variables once, when NumPy is first imported, and a spawned
     worker imports NumPy before any ``Pool`` initializer runs (while re-importing
     the parent's main module). An initializer setting them is too late: each
-    worker then ran one BLAS thread per core, and two workers on two cores ran
-    4.5x slower than with one thread each. This process's own BLAS, loaded
+    worker then runs one BLAS thread per core, and workers oversubscribe the
+    cores. This process's own BLAS, loaded
     already, is unaffected; the variables are restored on exit.
     """
     saved = {name: os.environ.get(name) for name in BLAS_THREAD_VARIABLES}

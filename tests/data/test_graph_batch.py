@@ -13,7 +13,7 @@ from refimpl import Graph
 from refimpl.backend import array_module, to_numpy
 from refimpl.data.graph_batch import GraphBatch, collate, iterate_batches
 from refimpl.data.molecules import synthetic_molecules
-from refimpl.ops.segment import Segments
+from refimpl.kernels.segment import Segments
 
 DATASET = synthetic_molecules(num_graphs=20, seed=5, min_atoms=1, max_atoms=9)
 indices_strategy = st.lists(st.integers(0, len(DATASET) - 1), min_size=1, max_size=8)
@@ -85,7 +85,7 @@ def test_batch_segments_group_nodes_by_graph_and_are_cached() -> None:
     np.testing.assert_array_equal(segments.counts(), np.diff(batch.node_ptr))
     strict = array_module("strict")
     on_strict = batch.batch_segments(strict)
-    assert on_strict is batch.batch_segments(strict) and on_strict._backend == "strict"
+    assert on_strict is batch.batch_segments(strict) and on_strict.backend == "strict"
 
 
 def test_to_backend_and_astype() -> None:

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from refimpl.data.graph_dataset import GraphDataset, load_graph_dataset, save_graph_dataset
+from refimpl.data.graph_dataset import GraphDataset
+from refimpl.data.graph_dataset_file import load_graph_dataset, save_graph_dataset
 from refimpl.data.molecules import synthetic_molecules
 from tests.strategies import seeds
 

@@ -18,15 +18,9 @@ import refimpl.models
 import refimpl.nn
 from refimpl import Graph
 from refimpl.cli import main
-from refimpl.interop.golden import (
-    GOLDEN_CASES,
-    GRADIENT_RTOL,
-    MANIFEST_NAME,
-    REGISTRY,
-    GoldenError,
-    export_golden,
-    verify_golden,
-)
+from refimpl.interop.golden import GRADIENT_RTOL, export_golden, verify_golden
+from refimpl.interop.golden_cases import GOLDEN_CASES, REGISTRY
+from refimpl.interop.golden_format import MANIFEST_NAME, GoldenError
 from refimpl.nn import GATConv
 from refimpl.testing.tolerances import GRADCHECK_RTOL
 
@@ -273,13 +267,13 @@ def test_an_unknown_case_name_is_refused(golden: Path, tmp_path: Path, capsys) -
 def test_a_perturbed_forward_fails_with_the_mismatch_table(
     golden: Path, monkeypatch, capsys
 ) -> None:
-    original = GATConv._forward  # behind GATConv.forward and the models' layer calls
+    original = GATConv.forward_unchecked  # behind GATConv.forward and the models' layer calls
 
     def shifted(self, *args, **kwargs):  # out + 1e-9: far below any visible difference
         out, cache = original(self, *args, **kwargs)
         return out + 1e-9, cache
 
-    monkeypatch.setattr(GATConv, "_forward", shifted)
+    monkeypatch.setattr(GATConv, "forward_unchecked", shifted)
     code, out, err = run_cli(capsys, "verify", str(golden), "--case", "gatconv_v1")
     assert code == 1 and "Traceback" not in out + err
     rows = {

@@ -6,14 +6,14 @@ outputs and attention coefficients must equal PyG's to 1e-12 and our gradients (
 every parameter) torch autograd's to 1e-10, judged over the largest entry of all gradients
 (``relative_errors``: some vanish by cancellation and are rounding on both sides). PyG's
 gradients are mapped to our names with ``from_pyg`` itself. TransformerConv: the setups
-of ``tests/nn/test_transformer_conv.py`` go to PyG through ``to_pyg`` (``strict=True``
+of ``tests/nn/transformer/test_transformer_conv.py`` go to PyG through ``to_pyg`` (``strict=True``
 loading), gradients come back through ``from_pyg``. Attention dropout: PyG draws its own
 mask, so its module's ``F.dropout`` is replaced for one call by one applying ours (as in
-``tests/nn/test_transformer_conv_torch.py``).
+``tests/nn/transformer/test_transformer_conv_torch.py``).
 
 The last section holds forward checks at 1e-12 of our LipschitzNorm GAT (both variants)
-and NodeFormerConv against the torch formulations of ``tests/nn/test_gat_torch.py`` and
-``tests/nn/test_nodeformer_torch.py``, whose own tests judge the forward at 1e-10 only.
+and NodeFormerConv against the torch formulations of ``tests/nn/gat/test_conv_torch.py`` and
+``tests/nn/nodeformer/test_conv_torch.py``, whose own tests judge the forward at 1e-10 only.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from refimpl.interop.pyg import from_pyg, pyg_shapes, to_pyg
 from refimpl.nn import GATConv, TransformerConv
 from refimpl.testing import max_relative_error, relative_errors
 from tests.interop.test_pyg import layers
-from tests.nn.test_transformer_conv import Setup
-from tests.nn.test_transformer_conv import setups as transformer_setups
+from tests.nn.transformer.test_transformer_conv import Setup
+from tests.nn.transformer.test_transformer_conv import setups as transformer_setups
 from tests.strategies import graphs, seeds
 
 torch = pytest.importorskip("torch")
@@ -40,8 +40,8 @@ import torch_geometric.nn.conv.gat_conv as pyg_gat  # noqa: E402
 import torch_geometric.nn.conv.gatv2_conv as pyg_gatv2  # noqa: E402
 import torch_geometric.nn.conv.transformer_conv as pyg_transformer  # noqa: E402
 
-from tests.nn.test_nodeformer import setups as nodeformer_setups  # noqa: E402
-from tests.nn.test_nodeformer_torch import torch_gradients, torch_layer  # noqa: E402
+from tests.nn.nodeformer.test_conv import setups as nodeformer_setups  # noqa: E402
+from tests.nn.nodeformer.test_conv_torch import torch_gradients, torch_layer  # noqa: E402
 
 FORWARD_RTOL = 1e-12  # outputs and coefficients: rounding in another summation order
 GRADIENT_RTOL = 1e-10  # autograd's chain reorders longer sums (over the largest gradient)

@@ -13,12 +13,12 @@ from refimpl import Graph
 from refimpl.backend import asarray, to_numpy
 from refimpl.models import GAT
 from refimpl.nn import GATConv
-from refimpl.nn.pairnorm import PAIRNORM_MODES, PairNorm
+from refimpl.nn.norms.pairnorm import PAIRNORM_MODES, PairNorm
 from refimpl.ops.activations import ACTIVATIONS, get_activation
 from refimpl.testing import check_gradients, max_relative_error, relative_errors
 from refimpl.testing.tolerances import FORWARD_RTOL, GRADCHECK_RTOL
 from tests.backends import DEVICE_BACKENDS
-from tests.nn.test_norm import smooth_at_step
+from tests.nn.norms.test_norms import smooth_at_step
 from tests.strategies import graphs, seeds
 
 RTOL64 = FORWARD_RTOL[np.dtype(np.float64)]
@@ -87,7 +87,7 @@ def pre_activations(model: GAT, params: dict, cache: object, graph: Graph) -> li
 def kink_distance(model: GAT, params: dict, cache: object, graph: Graph) -> float:
     """Smallest |input| of any LeakyReLU in attention and of any ReLU/LeakyReLU activation:
     central differences are meaningless within eps of a kink."""
-    values = [layer.conv.pre for layer in cache.layers]
+    values = [layer.conv.score.pre for layer in cache.layers]
     if model.activation in KINKED:
         values += pre_activations(model, params, cache, graph)
     return min((float(np.min(np.abs(v))) for v in values if v.size), default=np.inf)

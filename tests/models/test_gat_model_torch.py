@@ -1,6 +1,6 @@
 """GAT model against torch autograd on a stack of direct torch GAT layers (skipped without torch).
 
-The torch side stacks ``tests.nn.test_gat_torch.torch_gat`` (a few lines written from the
+The torch side stacks ``tests.nn.gat.test_conv_torch.torch_gat`` (a few lines written from the
 equations, independent of our ``GATConv``) with torch's dropout scaling, activations and
 the residual matmul; autograd differentiates the whole network, so agreement checks the
 hand-written model backward against an independent derivative. Each entry is judged
@@ -21,15 +21,15 @@ from hypothesis import strategies as st
 from refimpl import Graph
 from refimpl.interop.compare import Comparison
 from refimpl.models import GAT
-from refimpl.nn.lipschitz_norm import LIPSCHITZ_NORM_MODES
-from refimpl.nn.pairnorm import PairNorm
+from refimpl.nn.lipschitz.neighbourhood_norm import LIPSCHITZ_NORM_MODES
+from refimpl.nn.norms.pairnorm import PairNorm
 from refimpl.testing import estimate_rounding
 from tests.autograd import GRADIENT64, compare_with_autograd
 from tests.models.test_gat_model import model_setups
 
 torch = pytest.importorskip("torch")
-from tests.nn.test_gat_torch import torch_gat  # noqa: E402  (needs torch)
-from tests.nn.torch_norms import torch_pairnorm  # noqa: E402
+from tests.nn.gat.test_conv_torch import torch_gat  # noqa: E402  (needs torch)
+from tests.nn.norms.torch_norms import torch_pairnorm  # noqa: E402
 
 TORCH_ACTIVATIONS = {
     "relu": torch.relu,
@@ -231,9 +231,13 @@ def test_forward_and_gradients_match_torch_autograd(setup: tuple) -> None:
     _, cache = model.forward(params, x, graph, **kwargs)
     # Where dropout or PairNorm zeroes a layer's rows, LipschitzNorm's root is taken at 0:
     # ours uses the zero subgradient and divides a vanished denominator by 1 (conventions with
-    # their own tests in tests/nn/test_gat_lipschitz.py), the torch transcription's sqrt has
+    # their own tests in tests/nn/gat/test_conv_lipschitz.py), the torch transcription's sqrt has
     # an infinite derivative there and its quotient is 0 / 0, so the comparison would be NaN.
-    norms = [layer.conv.lipschitz for layer in cache.layers if layer.conv.lipschitz is not None]
+    norms = [
+        layer.conv.score.lipschitz
+        for layer in cache.layers
+        if layer.conv.score.lipschitz is not None
+    ]
     assume(all(np.all(norm.radius > 0) for norm in norms))
     comparison = autograd_comparison(setup)
     assert comparison.passed, comparison.table()

@@ -17,7 +17,7 @@ from refimpl.models import GraphTransformer
 from refimpl.testing import check_gradients, max_relative_error, relative_errors
 from refimpl.testing.tolerances import FORWARD_RTOL, GRADCHECK_RTOL
 from tests.backends import DEVICE_BACKENDS
-from tests.nn.test_norm import smooth_at_step
+from tests.nn.norms.test_norms import smooth_at_step
 from tests.strategies import graphs, seeds
 
 RTOL64 = FORWARD_RTOL[np.dtype(np.float64)]
@@ -76,7 +76,7 @@ def model_setups(draw: st.DrawFn) -> tuple:
 
 def smooth(model: GraphTransformer, params: dict, cache: Any) -> bool:
     """LayerNorm roots and ReLU inputs (the layers' FFNs, the head) far from their non-smooth
-    points on the scale of the step (see tests/nn/test_graph_transformer.py)."""
+    points on the scale of the step (see tests/nn/transformer/test_graph_transformer_layer.py)."""
     norm = model.blocks["layer0"].blocks.get("norm1")
     for i, layer in enumerate(cache.layers):
         roots = [c.root for c in (layer.norm1, layer.norm2) if c is not None]

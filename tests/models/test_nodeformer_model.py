@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 
 from refimpl import Graph
 from refimpl.models import NodeFormer
-from refimpl.nn.nodeformer_edge_loss import NodeFormerEdgeLoss
-from refimpl.nn.random_features import draw_projection
+from refimpl.nn.nodeformer.edge_loss import NodeFormerEdgeLoss
+from refimpl.nn.nodeformer.random_features import draw_projection
 from refimpl.testing import check_gradients
 from refimpl.testing.tolerances import GRADCHECK_RTOL
-from tests.nn.test_norm import smooth_at_step
+from tests.nn.norms.test_norms import smooth_at_step
 from tests.strategies import graphs, seeds
 
 

@@ -1,6 +1,6 @@
 """NodeFormer model against torch autograd: App. C's stack (input MLP, convs, residual, LayerNorm,
 ELU, dropout, output MLP) and the objective <c, logits> + lambda L_e, built in torch from the dense
-layer and edge loss of tests/nn/test_nodeformer_torch.py with the same fixed noise."""
+layer and edge loss of tests/nn/nodeformer/test_conv_torch.py with the same fixed noise."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from refimpl.models import NodeFormer
 from refimpl.testing import estimate_rounding
 from tests.autograd import compare_with_autograd
 from tests.models.test_nodeformer_model import model_setups
-from tests.nn.test_nodeformer_torch import torch_edge_loss, torch_layer
+from tests.nn.nodeformer.test_conv_torch import torch_edge_loss, torch_layer
 
 torch = pytest.importorskip("torch")
 functional = pytest.importorskip("torch.nn.functional")

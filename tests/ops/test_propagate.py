@@ -78,7 +78,7 @@ def test_strict_backend_matches_numpy(graph: object, shape: tuple, seed: int) ->
 @pytest.mark.parametrize("shape", [(1, 3), (3, 2), (2, 32)])
 def test_reusing_the_gathered_sources_changes_nothing(shape: tuple) -> None:
     from refimpl import Graph
-    from refimpl.ops.segment import gather
+    from refimpl.kernels.segment import gather
 
     graph = Graph(np.array([[0, 1, 2, 2, 3], [1, 2, 0, 1, 1]]), 4)
     rng = np.random.default_rng(0)

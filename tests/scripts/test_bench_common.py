@@ -85,7 +85,7 @@ def test_bench_gat_child_is_none_only_for_a_missing_pyg(monkeypatch) -> None:
 
 
 def test_bench_gpu_nodeformer_draws_the_projection_as_the_layer_does(monkeypatch) -> None:
-    import refimpl.nn.nodeformer as nodeformer
+    import refimpl.nn.nodeformer.conv as nodeformer
 
     bench = _load("bench_gpu", monkeypatch)
     kinds, draw = [], nodeformer.draw_projection

@@ -1,0 +1,113 @@
+"""Sparse (CSR) times dense on the host, split into row blocks over threads when large.
+
+SciPy's CSR product runs on one core but releases the GIL. On large graphs it is
+bound by memory latency (each stored entry fetches a row of the dense operand from
+anywhere in memory), so blocks of rows on separate threads overlap those fetches.
+Small products stay on one thread, where the dispatch would cost more than it
+saves. Every output row is computed by one
+thread exactly as the single product computes it, so the result does not depend
+on the thread count.
+
+The blocks call SciPy's own kernel behind ``A @ X`` (``csr_matvecs``, which adds
+``A X`` into a given output) on their rows of one zeroed output, so no block makes
+an array of its own to be copied in (no per-block arrays, no copy-in). Where that
+kernel is missing (it is private to SciPy) or the operands' dtypes differ, each
+block makes its product with ``@`` and it is copied in, as before.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from refimpl.kernels.parallel import map_blocks, num_threads
+
+try:  # Y += A X into a given Y: the kernel of SciPy's own CSR-dense product
+    from scipy.sparse._sparsetools import csr_matvecs as _csr_matvecs
+except ImportError:  # pragma: no cover - a SciPy without it: each block's own product
+    _csr_matvecs = None
+
+__all__ = ["MIN_PARALLEL_WORK", "csr_matmul", "csr_matmul_per_head"]
+
+MIN_PARALLEL_WORK = 1 << 24  # stored entries x dense columns below which one thread runs it
+
+
+def csr_matmul(
+    matrix: Any, dense: Any, threads: int | None = None, min_work: int = MIN_PARALLEL_WORK
+) -> np.ndarray:
+    """``matrix (R, C)`` (``scipy.sparse`` CSR) ``@ dense (C, F)`` -> ``(R, F)``.
+
+    On ``threads`` (default :func:`~refimpl.kernels.parallel.num_threads`) contiguous blocks of
+    rows with about equal numbers of stored entries, when ``matrix.nnz * F >= min_work``.
+    """
+    import scipy.sparse as sp
+
+    threads = num_threads() if threads is None else threads
+    columns = dense.shape[1] if dense.ndim == 2 else 1
+    rows = matrix.shape[0]
+    if threads < 2 or rows < threads or matrix.nnz * columns < min_work:
+        return matrix @ dense
+    # row boundaries that split the stored entries evenly (rows hold different counts)
+    indptr = matrix.indptr
+    targets = np.linspace(0, matrix.nnz, threads + 1)[1:-1]
+    bounds = [0, *np.searchsorted(indptr, targets).tolist(), rows]
+    dtype = np.result_type(matrix.dtype, dense.dtype)
+    if (
+        _csr_matvecs is not None
+        and dense.ndim == 2
+        and matrix.dtype == dtype
+        and matrix.indices.dtype == indptr.dtype
+    ):
+        return _into_one_output(matrix, np.ascontiguousarray(dense, dtype=dtype), bounds)
+    out = np.empty((rows, *dense.shape[1:]), dtype=dtype)
+
+    def block(k: int) -> None:
+        first, last = bounds[k], bounds[k + 1]
+        lo, hi = indptr[first], indptr[last]
+        part = sp.csr_matrix(
+            (matrix.data[lo:hi], matrix.indices[lo:hi], indptr[first : last + 1] - lo),
+            shape=(last - first, matrix.shape[1]),
+        )
+        out[first:last] = part @ dense
+
+    map_blocks(block, threads, threads)
+    return out
+
+
+def _into_one_output(matrix: Any, dense: np.ndarray, bounds: list[int]) -> np.ndarray:
+    """``matrix @ dense`` with each block of rows ``bounds[k]:bounds[k + 1]`` added by SciPy's
+    kernel into its rows of one zeroed output; ``dense`` C-contiguous, of the matrix's dtype.
+    The block's ``indptr`` slice keeps its absolute offsets into ``indices`` and ``data``."""
+    rows, (inner, columns) = matrix.shape[0], dense.shape
+    out = np.zeros((rows, columns), dtype=dense.dtype)  # the kernel adds into it
+    flat = dense.reshape(-1)
+
+    def block(k: int) -> None:
+        first, last = bounds[k], bounds[k + 1]
+        _csr_matvecs(
+            last - first,
+            inner,
+            columns,
+            matrix.indptr[first : last + 1],
+            matrix.indices,
+            matrix.data,
+            flat,
+            out[first:last].reshape(-1),  # a view: these rows are contiguous
+        )
+
+    map_blocks(block, len(bounds) - 1, len(bounds) - 1)
+    return out
+
+
+def csr_matmul_per_head(matrices: list[Any], dense: Any) -> np.ndarray:
+    """``matrices[h] @ dense[:, h]`` for every head ``h``, stacked on axis 1: ``dense``
+    ``(C, H, *F)`` -> ``(R, H, *F)``; one head without a copy."""
+    rows, features = matrices[0].shape[0], dense.shape[2:]
+    flat = dense.reshape(dense.shape[0], dense.shape[1], math.prod(features))  # (C, H, F)
+    if len(matrices) == 1:
+        out = csr_matmul(matrices[0], flat[:, 0])[:, None]
+    else:
+        out = np.stack([csr_matmul(a, flat[:, h]) for h, a in enumerate(matrices)], axis=1)
+    return out.reshape((rows, len(matrices), *features))

@@ -1,0 +1,288 @@
+"""Graph aggregation primitives: segment sum / max / softmax and gather, each with its backward.
+
+A *segment* is the set of items (edges) that share an index value (their target
+node, for message passing). With ``E`` items, ``N`` segments and any trailing
+feature shape ``F`` (for example ``(H,)`` or ``(H, C)``):
+
+==========================  ===================  =====================================
+primitive                   shapes               adjoint (its backward)
+==========================  ===================  =====================================
+``gather(x, seg)``          (N, *F) -> (E, *F)   ``segment_sum`` (scatter-add)
+``segment_sum(v, seg)``     (E, *F) -> (N, *F)   ``gather`` (repeat per item)
+``segment_max(v, seg)``     (E, *F) -> (N, *F)   route the gradient to the argmax
+``segment_softmax(s, seg)`` (E, *F) -> (E, *F)   ``alpha * (g - gather(segment_sum(alpha*g)))``
+==========================  ===================  =====================================
+
+Empty segments (nodes with no incoming edge) give zeros from ``segment_sum``
+and ``segment_max`` (and argmax ``-1``); ``segment_softmax`` has no output for
+them, so a node without incoming edges aggregates to zero.
+
+Implementation (``scripts/bench_segment.py`` times the candidates; figures in the
+benchmark docs): on NumPy, ``segment_sum`` is a product with a cached
+``scipy.sparse`` CSR matrix of shape ``(N, E)`` (one compiled pass over the edges,
+where ``numpy.add.at`` takes a slow unbuffered path per item); ``segment_max`` is
+``maximum.at`` on flattened indices (``ufunc.at``'s fast path is for 1-D indices).
+Other backends (CuPy, the strict
+stand-in) use ``xp.add.at`` / ``xp.maximum.at``, which CuPy >= 13 provides.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from typing import Any
+
+from refimpl.backend import backend_name, get_array_module
+from refimpl.kernels.csr import csr_matmul, csr_matmul_per_head
+
+__all__ = [
+    "Segments",
+    "gather",
+    "gather_backward",
+    "scatter_add",
+    "segment_max",
+    "segment_max_backward",
+    "segment_softmax",
+    "segment_softmax_backward",
+    "segment_sum",
+    "segment_sum_backward",
+    "segment_sum_pair",
+]
+
+
+class Segments:
+    """Items grouped by an integer index, with the per-backend structures reused across calls.
+
+    Parameters
+    ----------
+    index : int array (E,)
+        Segment of each item, ``0 <= index < num_segments`` (not re-validated
+        here: :class:`refimpl.Graph` validates at its boundary).
+    num_segments : int
+        ``N``; segments no item points to are empty.
+    """
+
+    def __init__(self, index: Any, num_segments: int) -> None:
+        self.index = index
+        self.num_segments = int(num_segments)
+        self.xp = get_array_module(index)
+        self.backend = backend_name(self.xp)  # "numpy", "cupy" or "strict"
+        self._sum_matrices: dict[Any, Any] = {}  # NumPy only: dtype -> CSR (N, E)
+        # NumPy only: per other segmentation, the CSR structure of the (N, N') matrices over
+        # both (pair_structure) and segment_sum_pair's summed matrices (by dtype); weak keys,
+        # so an entry goes when that segmentation (its graph) does
+        self._structures: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._pair_sums: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    @property
+    def num_items(self) -> int:
+        return int(self.index.shape[0])
+
+    def counts(self) -> Any:
+        """Number of items in each segment, ``(N,)`` (the in-degree for target segments)."""
+        return self.xp.bincount(self.index, minlength=self.num_segments)
+
+    def sum_matrix(self, dtype: Any) -> Any:
+        """NumPy only: CSR ``(N, E)`` with a one at ``(index[e], e)``, built once per dtype:
+        ``segment_sum`` is a product with it (the dtype matches the values, so float32 stays
+        float32). Its ``indices`` list the items grouped by segment, stably."""
+        if dtype not in self._sum_matrices:
+            import numpy as np
+            import scipy.sparse as sp
+
+            order = np.argsort(self.index, kind="stable")  # (E,) items grouped by segment
+            indptr = np.zeros(self.num_segments + 1, dtype=np.int64)
+            np.cumsum(self.counts(), out=indptr[1:])
+            data = np.ones(self.num_items, dtype=dtype)
+            self._sum_matrices[dtype] = sp.csr_matrix(
+                (data, order, indptr), shape=(self.num_segments, self.num_items)
+            )
+        return self._sum_matrices[dtype]
+
+    def pair_structure(self, columns: Segments) -> tuple[Any, Any, Any]:
+        """NumPy only: ``(item_order, column, indptr)``, the CSR structure of the ``(N, N')``
+        matrices whose item ``e`` sits at ``(index[e], columns.index[e])``, built once per
+        ``columns``: items grouped by this segmentation (:meth:`sum_matrix`'s order), their
+        columns, and the row pointers. ``column`` and ``indptr`` are int32 where they fit, so
+        SciPy takes them without scanning them for a narrower index type on every call."""
+        cached = self._structures.get(columns)
+        if cached is None:
+            import numpy as np
+
+            structure = self.sum_matrix(np.float64)  # CSR (N, E)
+            item_order = structure.indices  # (E,)
+            fits = max(self.num_items, columns.num_segments) < 2**31
+            index_type = np.int32 if fits else np.int64
+            column = columns.index[item_order].astype(index_type)  # (E,) in CSR order
+            cached = (item_order, column, structure.indptr.astype(index_type))
+            self._structures[columns] = cached
+        return cached
+
+    def __repr__(self) -> str:
+        return f"Segments(num_items={self.num_items}, num_segments={self.num_segments})"
+
+
+def gather(x: Any, segments: Segments) -> Any:
+    """Repeat each segment's row for every item in it: ``x[index]``, (N, *F) -> (E, *F)."""
+    return segments.xp.take(x, segments.index, axis=0)
+
+
+def gather_backward(d_items: Any, segments: Segments) -> Any:
+    """Adjoint of :func:`gather`: sum the item gradients per segment, (E, *F) -> (N, *F)."""
+    return segment_sum(d_items, segments)
+
+
+def segment_sum(values: Any, segments: Segments, weights: Any = None) -> Any:
+    """Sum of the items of each segment, (E, *F) -> (N, *F); empty segments give 0.
+
+    ``weights`` (E, H), optional: item ``e``'s head ``h`` is scaled by
+    ``weights[e, h]`` first (``values`` then (E, H, *F')). ``values`` may then be
+    boolean (a mask, read as 0/1 in ``weights``' dtype). On NumPy the weights
+    become the sum matrix's entries instead of a pass over ``values``: one pass
+    over the edges, not two (GATv2's backward sums a mask this way).
+    """
+    if segments.backend != "numpy":
+        if weights is not None:
+            values = _scaled(values, weights)
+        xp = segments.xp
+        flat = _flat(values, segments.num_items)  # (E, F)
+        out = xp.zeros((segments.num_segments, flat.shape[1]), dtype=values.dtype)
+        xp.add.at(out, segments.index, flat)
+        return out.reshape((segments.num_segments, *values.shape[1:]))
+    dtype = values.dtype if weights is None else weights.dtype
+    return _sparse_sum(segments.sum_matrix(dtype), values, weights, segments)
+
+
+def segment_sum_pair(values: Any, first: Segments, second: Segments, weights: Any = None) -> Any:
+    """``segment_sum(values, first, weights) + segment_sum(values, second, weights)``.
+
+    For the adjoint of gathering one array at both ends of every edge (GATv2 with
+    shared weights: ``W h_u + W h_v``). ``first`` and ``second`` group the same
+    ``E`` items into the same ``N`` segments. On NumPy one product with the sum of
+    the two ``(N, E)`` matrices (a self-loop's item gets a 2) replaces two
+    products and an addition: one pass over the edges and no temporary.
+    """
+    if first.backend != "numpy":
+        return segment_sum(values, first, weights) + segment_sum(values, second, weights)
+    dtype = values.dtype if weights is None else weights.dtype
+    by_dtype = first._pair_sums.setdefault(second, {})
+    if dtype not in by_dtype:
+        both = first.sum_matrix(dtype) + second.sum_matrix(dtype)
+        both.sort_indices()
+        by_dtype[dtype] = both
+    return _sparse_sum(by_dtype[dtype], values, weights, first)
+
+
+def _flat(values: Any, num_items: int) -> Any:
+    # Explicit F, not -1: reshape cannot infer -1 for an empty array (E = 0).
+    return values.reshape(num_items, math.prod(values.shape[1:]))  # (E, F)
+
+
+def _scaled(values: Any, weights: Any) -> Any:
+    """``values (E, H, *F) * weights (E, H)`` broadcast over ``F``."""
+    return values * weights.reshape(weights.shape + (1,) * (values.ndim - weights.ndim))
+
+
+def _sparse_sum(matrix: Any, values: Any, weights: Any, segments: Segments) -> Any:
+    """``matrix (N, E)`` times ``values`` (E, *F), per head with ``weights[:, h]`` scaling
+    the matrix's columns when given; (N, *F)."""
+    import scipy.sparse as sp
+
+    if weights is None:
+        out = csr_matmul(matrix, _flat(values, segments.num_items))  # (N, F)
+        return out.reshape((segments.num_segments, *values.shape[1:]))
+    scaled = [  # the columns are the items: scale column e by weights[e, h]
+        sp.csr_matrix(
+            (matrix.data * weights[matrix.indices, h], matrix.indices, matrix.indptr),
+            shape=matrix.shape,
+        )
+        for h in range(weights.shape[1])
+    ]
+    return csr_matmul_per_head(scaled, values)
+
+
+def segment_sum_backward(d_out: Any, segments: Segments) -> Any:
+    """Adjoint of :func:`segment_sum`: every item receives its segment's gradient."""
+    return gather(d_out, segments)
+
+
+scatter_add = segment_sum  # the same operation, under the name used for gradients
+
+
+def _flat_positions(segments: Segments, num_features: int) -> Any:
+    """Position of item ``e``, feature ``f`` in a flattened (N * F) array, (E, F)."""
+    xp = segments.xp
+    return segments.index[:, None] * num_features + xp.arange(num_features)
+
+
+def _running_maxima(values: Any, segments: Segments) -> tuple[Any, Any, Any]:
+    """Per-segment maxima, flattened: ``(maxima (N*F,), values (E, F), positions (E, F))``.
+
+    Empty segments hold ``-inf``; callers that expose the maxima replace it.
+    """
+    xp = segments.xp
+    flat = values.reshape(segments.num_items, math.prod(values.shape[1:]))  # (E, F); F explicit
+    num_features = flat.shape[1]  # for E = 0
+    positions = _flat_positions(segments, num_features)  # (E, F)
+    maxima = xp.full(segments.num_segments * num_features, -xp.inf, dtype=values.dtype)
+    xp.maximum.at(maxima, positions.ravel(), flat.ravel())
+    return maxima, flat, positions
+
+
+def segment_max(values: Any, segments: Segments) -> tuple[Any, Any]:
+    """Maximum over the items of each segment, with the item that attains it.
+
+    Returns ``(max, argmax)``, both ``(N, *F)``. Empty segments give ``max = 0``
+    and ``argmax = -1``. Ties pick the lowest item index, so the backward routes
+    the gradient to exactly one item (a valid subgradient of the max).
+    """
+    xp = segments.xp
+    num_items, num_segments = segments.num_items, segments.num_segments
+    maxima, flat, positions = _running_maxima(values, segments)
+
+    # Lowest item index among those equal to their segment's max.
+    attains = flat == maxima[positions]  # (E, F)
+    item_ids = xp.broadcast_to(xp.arange(num_items)[:, None], flat.shape)
+    argmax = xp.full(maxima.shape[0], num_items, dtype=xp.int64)
+    xp.minimum.at(argmax, positions[attains], item_ids[attains])
+
+    empty = argmax == num_items
+    maxima = xp.where(empty, 0, maxima).astype(values.dtype, copy=False)
+    argmax = xp.where(empty, -1, argmax)
+    shape = (num_segments, *values.shape[1:])
+    return maxima.reshape(shape), argmax.reshape(shape)
+
+
+def segment_max_backward(d_out: Any, argmax: Any, segments: Segments) -> Any:
+    """Adjoint of :func:`segment_max`: ``d_out`` goes to the argmax item, zero elsewhere."""
+    xp = segments.xp
+    num_features = math.prod(argmax.shape[1:])  # explicit F: -1 fails on empty arrays
+    argmax_flat = argmax.reshape(segments.num_segments, num_features)  # (N, F)
+    d_flat = d_out.reshape(segments.num_segments, num_features)  # (N, F)
+    d_values = xp.zeros((segments.num_items, argmax_flat.shape[1]), dtype=d_out.dtype)
+    rows, cols = xp.nonzero(argmax_flat >= 0)
+    # Each (item, feature) is the argmax of at most one segment: plain assignment is exact.
+    d_values[argmax_flat[rows, cols], cols] = d_flat[rows, cols]
+    return d_values.reshape((segments.num_items, *d_out.shape[1:]))
+
+
+def segment_softmax(scores: Any, segments: Segments) -> Any:
+    """Softmax of the scores within each segment, (E, *F) -> (E, *F).
+
+    ``alpha_e = exp(s_e - m) / sum_{e' in seg(e)} exp(s_e' - m)`` with ``m`` the
+    segment maximum: subtracting it leaves the ratio unchanged and keeps every
+    exponent <= 0, so nothing overflows and the denominator is >= 1. The max is
+    a constant shift, so the backward does not differentiate through it.
+    """
+    # The max alone: the argmax of segment_max costs 4x more and is not needed here.
+    maxima, _, positions = _running_maxima(scores, segments)  # (N*F,), (E, F)
+    shifted = scores - maxima[positions].reshape(scores.shape)  # (E, *F), <= 0
+    exponentials = segments.xp.exp(shifted)  # (E, *F), <= 1
+    denominators = segment_sum(exponentials, segments)  # (N, *F), >= 1 where non-empty
+    return exponentials / gather(denominators, segments)
+
+
+def segment_softmax_backward(alpha: Any, d_alpha: Any, segments: Segments) -> Any:
+    """Adjoint of :func:`segment_softmax` from its output: ``alpha * (g - sum_seg(alpha * g))``."""
+    weighted = segment_sum(alpha * d_alpha, segments)  # (N, *F)
+    return alpha * (d_alpha - gather(weighted, segments))

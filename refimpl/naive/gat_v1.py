@@ -1,0 +1,158 @@
+"""Literal twin of ``GATConv(version="v1")``: per-edge forward and the chain rule per edge.
+
+GAT-balance Eq. 1-2 with the GATv1 score (Velickovic et al. 2018), per head ``h``
+and edge ``e = u -> v`` of the attended graph:
+
+    F1  W h_k      = W x_k                                        (N, H, C)
+    F2  raw_e      = att_src . W h_u + att_dst . W h_v            (E, H)
+    F3  (LipschitzNorm) raw_e <- raw_e / D_e                      (E, H), LipschitzNorm Eq. 17
+    F4  e_uv       = LeakyReLU(raw_e)                             (E, H)
+    F5  alpha_uv   = softmax over u in N(v) of e_uv               (E, H), GAT-balance Eq. 2
+    F6  (attention dropout) alpha_uv * keep_uv / (1 - p)          (E, H)
+    F7  out_v      = sum_{u in N(v)} alpha_uv W h_u               (N, H, C), GAT-balance Eq. 1
+    F8  heads concatenated (N, H*C) or averaged (N, C);  F9  + bias
+
+Edges as PyG: with ``add_self_loops`` existing loops are replaced by one per node;
+duplicates are separate edges; a node with no incoming edge outputs the bias. The
+LeakyReLU derivative at exactly 0 is the slope. F3 is :mod:`refimpl.naive.lipschitz_norm`,
+divided before the LeakyReLU as the layer and the released code do (LeakyReLU is
+positively homogeneous, so it equals dividing after). NumPy on the host, float64, no
+code shared with ``refimpl.nn.gat.conv``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from refimpl.graph import Graph
+from refimpl.naive.gat import (
+    attended_edges,
+    leaky_relu,
+    leaky_relu_derivative,
+    softmax_per_target,
+    softmax_per_target_backward,
+)
+from refimpl.naive.lipschitz_norm import (
+    LipschitzTwinCache,
+    gat_v1_lipschitz_backward,
+    gat_v1_lipschitz_forward,
+)
+
+__all__ = ["GATv1Twin", "gat_v1_backward", "gat_v1_forward"]
+
+
+class GATv1Twin(NamedTuple):
+    """The forward's named quantities."""
+
+    x: np.ndarray  # (N, in)
+    edges: np.ndarray  # (E, 2) rows (u, v), self-loops handled
+    h: np.ndarray  # (N, H, C) F1
+    raw: np.ndarray  # (E, H) F2/F3, the LeakyReLU's input
+    lipschitz: LipschitzTwinCache | None  # F3
+    alpha: np.ndarray  # (E, H) F5
+    keep: np.ndarray  # (E, H) F6, keep_uv / (1 - p), or ones without dropout
+    alpha_dropped: np.ndarray  # (E, H) F6
+
+
+def gat_v1_forward(
+    conv: Any,
+    params: dict[str, np.ndarray],
+    x: np.ndarray,
+    graph: Graph,
+    attn_dropout_mask: np.ndarray | None = None,
+) -> tuple[np.ndarray, GATv1Twin]:
+    """``(out (N, H*C) or (N, C), cache)``; ``conv`` is read for its configuration only.
+
+    ``attn_dropout_mask`` (E, H) bool (True = keep) over the attended edges, or None
+    for no dropout (evaluation, or ``p = 0``, where the layer ignores any mask).
+    """
+    n, heads, channels = x.shape[0], conv.heads, conv.out_channels
+    edges = attended_edges(graph.edge_index, n, conv.add_self_loops)  # (E, 2)
+    src, dst = edges[:, 0], edges[:, 1]
+    # F1 W x per node (N, H, C)
+    w = params["W"].reshape(heads, channels, -1)  # (H, C, in)
+    h = np.einsum("hcf,nf->nhc", w, x)
+    # F2 raw_e = att_src . W h_u + att_dst . W h_v (E, H)
+    raw = np.einsum("ehc,hc->eh", h[src], params["att_src"]) + np.einsum(
+        "ehc,hc->eh", h[dst], params["att_dst"]
+    )
+    # F3 LipschitzNorm, before the LeakyReLU (E, H)
+    lipschitz = None
+    if conv.lipschitz_norm is not None:
+        raw, lipschitz = gat_v1_lipschitz_forward(
+            raw, conv.lipschitz_norm, params["att_src"], params["att_dst"], h, edges
+        )
+    # F4 e = LeakyReLU(raw) (E, H)
+    scores = leaky_relu(raw, conv.negative_slope)
+    # F5 softmax over each target's incoming edges (E, H)
+    alpha = softmax_per_target(scores, edges, n)
+    # F6 attention dropout (E, H)
+    keep = np.ones_like(alpha)
+    if attn_dropout_mask is not None:
+        keep = attn_dropout_mask / (1.0 - conv.dropout)
+    alpha_dropped = alpha * keep
+    # F7 out_v = sum over incoming edges of alpha_uv W h_u (N, H, C)
+    aggregated = np.zeros((n, heads, channels))
+    for e, (u, v) in enumerate(edges):
+        aggregated[v] += alpha_dropped[e][:, None] * h[u]
+    # F8 heads, F9 bias
+    out = aggregated.reshape(n, heads * channels) if conv.concat else aggregated.mean(axis=1)
+    if conv.bias:
+        out = out + params["bias"]
+    return out, GATv1Twin(x, edges, h, raw, lipschitz, alpha, keep, alpha_dropped)
+
+
+def gat_v1_backward(
+    conv: Any, params: dict[str, np.ndarray], cache: GATv1Twin, d_out: np.ndarray
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """``(d_x (N, in), d_params keyed like params)`` for the cotangent ``d_out``."""
+    x, edges, h = cache.x, cache.edges, cache.h
+    n, heads, channels = x.shape[0], conv.heads, conv.out_channels
+    d_params: dict[str, np.ndarray] = {}
+    # B9 (of F9) bias
+    if conv.bias:
+        d_params["bias"] = d_out.sum(axis=0)
+    # B8 (of F8) heads (N, H, C)
+    if conv.concat:
+        d_aggregated = d_out.reshape(n, heads, channels)
+    else:
+        d_aggregated = np.repeat(d_out[:, None, :] / heads, heads, axis=1)
+    # B7 (of F7) per edge: into the message W h_u and into its coefficient
+    d_h = np.zeros_like(h)
+    d_alpha_dropped = np.zeros_like(cache.alpha)
+    for e, (u, v) in enumerate(edges):
+        d_h[u] += cache.alpha_dropped[e][:, None] * d_aggregated[v]
+        d_alpha_dropped[e] = np.einsum("hc,hc->h", d_aggregated[v], h[u])
+    # B6 (of F6) dropout
+    d_alpha = d_alpha_dropped * cache.keep
+    # B5 (of F5) softmax Jacobian per target
+    d_scores = softmax_per_target_backward(cache.alpha, d_alpha, edges, n)
+    # B4 (of F4) LeakyReLU (E, H)
+    d_raw = d_scores * leaky_relu_derivative(cache.raw, conv.negative_slope)
+    # B3 (of F3) LipschitzNorm: the quotient, and its denominator into W h and the att vectors
+    d_att_src, d_att_dst = np.zeros_like(params["att_src"]), np.zeros_like(params["att_dst"])
+    if cache.lipschitz is not None:
+        d_raw, d_h_norm, d_att_src, d_att_dst = gat_v1_lipschitz_backward(
+            cache.lipschitz,
+            d_raw,
+            conv.lipschitz_norm,
+            params["att_src"],
+            params["att_dst"],
+            h,
+            edges,
+        )
+        d_h += d_h_norm
+    # B2 (of F2) per edge: raw_e reads att_src, att_dst, W h_u and W h_v
+    for e, (u, v) in enumerate(edges):
+        d_att_src += d_raw[e][:, None] * h[u]
+        d_att_dst += d_raw[e][:, None] * h[v]
+        d_h[u] += d_raw[e][:, None] * params["att_src"]
+        d_h[v] += d_raw[e][:, None] * params["att_dst"]
+    d_params["att_src"], d_params["att_dst"] = d_att_src, d_att_dst
+    # B1 (of F1) W h = W x
+    w = params["W"].reshape(heads, channels, -1)  # (H, C, in)
+    d_params["W"] = np.einsum("nhc,nf->hcf", d_h, x).reshape(heads * channels, -1)
+    d_x = np.einsum("nhc,hcf->nf", d_h, w)
+    return d_x, {name: d_params[name] for name in params}

@@ -1,0 +1,160 @@
+"""Literal twin of ``GATConv(version="v2")``: per-edge forward and the chain rule per edge.
+
+GAT-balance Eq. 1-2 with the GATv2 score (Brody et al. 2022), per head ``h`` and
+edge ``e = u -> v`` of the attended graph (``W_t = W_s`` with ``share_weights``):
+
+    F1  W_s x_k, W_t x_k                                          (N, H, C) each
+    F2  x_uv       = W_s h_u + W_t h_v                            (E, H, C)
+    F3  LeakyReLU(x_uv)                                           (E, H, C)
+    F4  e_uv       = att . LeakyReLU(x_uv)                        (E, H), GAT-balance Eq. 2
+    F4' (LipschitzNorm) e_uv <- e_uv / D_e                        (E, H), LipschitzNorm Eq. 17
+    F5  alpha_uv   = softmax over u in N(v) of e_uv               (E, H)
+    F6  (attention dropout) alpha_uv * keep_uv / (1 - p)          (E, H)
+    F7  out_v      = sum_{u in N(v)} alpha_uv W_s h_u             (N, H, C), GAT-balance Eq. 1
+    F8  heads concatenated (N, H*C) or averaged (N, C);  F9  + bias
+
+Edges as PyG: with ``add_self_loops`` existing loops are replaced by one per node;
+duplicates are separate edges; a node with no incoming edge outputs the bias. The
+LeakyReLU derivative at exactly 0 is the slope. The score is the literal
+``att . LeakyReLU(x_uv)`` (the layer splits it into a ReLU part and per-node halves).
+F4' is :mod:`refimpl.naive.lipschitz_norm`. NumPy on the host, float64, no code shared
+with ``refimpl.nn.gat.conv``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from refimpl.graph import Graph
+from refimpl.naive.gat import (
+    attended_edges,
+    leaky_relu,
+    leaky_relu_derivative,
+    softmax_per_target,
+    softmax_per_target_backward,
+)
+from refimpl.naive.lipschitz_norm import (
+    LipschitzTwinCache,
+    gat_v2_lipschitz_backward,
+    gat_v2_lipschitz_forward,
+)
+
+__all__ = ["GATv2Twin", "gat_v2_backward", "gat_v2_forward"]
+
+
+class GATv2Twin(NamedTuple):
+    """The forward's named quantities."""
+
+    x: np.ndarray  # (N, in)
+    edges: np.ndarray  # (E, 2) rows (u, v), self-loops handled
+    h_src: np.ndarray  # (N, H, C) F1 W_s x
+    pre: np.ndarray  # (E, H, C) F2 x_uv
+    hidden: np.ndarray  # (E, H, C) F3 LeakyReLU(x_uv)
+    lipschitz: LipschitzTwinCache | None  # F4'
+    alpha: np.ndarray  # (E, H) F5
+    keep: np.ndarray  # (E, H) F6, keep_uv / (1 - p), or ones without dropout
+    alpha_dropped: np.ndarray  # (E, H) F6
+
+
+def _target_weight(params: dict[str, np.ndarray], conv: Any) -> np.ndarray:
+    return params["W_s"] if conv.share_weights else params["W_t"]
+
+
+def gat_v2_forward(
+    conv: Any,
+    params: dict[str, np.ndarray],
+    x: np.ndarray,
+    graph: Graph,
+    attn_dropout_mask: np.ndarray | None = None,
+) -> tuple[np.ndarray, GATv2Twin]:
+    """``(out (N, H*C) or (N, C), cache)``; ``conv`` is read for its configuration only.
+
+    ``attn_dropout_mask`` (E, H) bool (True = keep) over the attended edges, or None
+    for no dropout (evaluation, or ``p = 0``, where the layer ignores any mask).
+    """
+    n, heads, channels = x.shape[0], conv.heads, conv.out_channels
+    edges = attended_edges(graph.edge_index, n, conv.add_self_loops)  # (E, 2)
+    src, dst = edges[:, 0], edges[:, 1]
+    # F1 W_s x, W_t x per node (N, H, C)
+    h_src = np.einsum("hcf,nf->nhc", params["W_s"].reshape(heads, channels, -1), x)
+    h_dst = np.einsum("hcf,nf->nhc", _target_weight(params, conv).reshape(heads, channels, -1), x)
+    # F2 x_uv = W_s h_u + W_t h_v (E, H, C)
+    pre = h_src[src] + h_dst[dst]
+    # F3 LeakyReLU (E, H, C), F4 e = att . LeakyReLU(x_uv) (E, H)
+    hidden = leaky_relu(pre, conv.negative_slope)
+    scores = np.einsum("ehc,hc->eh", hidden, params["att"])
+    # F4' LipschitzNorm of the score (E, H)
+    lipschitz = None
+    if conv.lipschitz_norm is not None:
+        scores, lipschitz = gat_v2_lipschitz_forward(scores, params["att"], pre, edges)
+    # F5 softmax over each target's incoming edges (E, H)
+    alpha = softmax_per_target(scores, edges, n)
+    # F6 attention dropout (E, H)
+    keep = np.ones_like(alpha)
+    if attn_dropout_mask is not None:
+        keep = attn_dropout_mask / (1.0 - conv.dropout)
+    alpha_dropped = alpha * keep
+    # F7 out_v = sum over incoming edges of alpha_uv W_s h_u (N, H, C)
+    aggregated = np.zeros((n, heads, channels))
+    for e, (u, v) in enumerate(edges):
+        aggregated[v] += alpha_dropped[e][:, None] * h_src[u]
+    # F8 heads, F9 bias
+    out = aggregated.reshape(n, heads * channels) if conv.concat else aggregated.mean(axis=1)
+    if conv.bias:
+        out = out + params["bias"]
+    return out, GATv2Twin(x, edges, h_src, pre, hidden, lipschitz, alpha, keep, alpha_dropped)
+
+
+def gat_v2_backward(
+    conv: Any, params: dict[str, np.ndarray], cache: GATv2Twin, d_out: np.ndarray
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """``(d_x (N, in), d_params keyed like params)`` for the cotangent ``d_out``."""
+    x, edges, h_src = cache.x, cache.edges, cache.h_src
+    n, heads, channels = x.shape[0], conv.heads, conv.out_channels
+    d_params: dict[str, np.ndarray] = {}
+    # B9 (of F9) bias
+    if conv.bias:
+        d_params["bias"] = d_out.sum(axis=0)
+    # B8 (of F8) heads (N, H, C)
+    if conv.concat:
+        d_aggregated = d_out.reshape(n, heads, channels)
+    else:
+        d_aggregated = np.repeat(d_out[:, None, :] / heads, heads, axis=1)
+    # B7 (of F7) per edge: into the message W_s h_u and into its coefficient
+    d_h_src, d_h_dst = np.zeros_like(h_src), np.zeros_like(h_src)
+    d_alpha_dropped = np.zeros_like(cache.alpha)
+    for e, (u, v) in enumerate(edges):
+        d_h_src[u] += cache.alpha_dropped[e][:, None] * d_aggregated[v]
+        d_alpha_dropped[e] = np.einsum("hc,hc->h", d_aggregated[v], h_src[u])
+    # B6 (of F6) dropout, B5 (of F5) softmax Jacobian per target (E, H)
+    d_alpha = d_alpha_dropped * cache.keep
+    d_scores = softmax_per_target_backward(cache.alpha, d_alpha, edges, n)
+    # B4' (of F4') LipschitzNorm: the quotient, and its denominator into x_uv and att
+    d_pre = np.zeros_like(cache.pre)
+    d_params["att"] = np.zeros_like(params["att"])
+    if cache.lipschitz is not None:
+        d_scores, d_pre, d_params["att"] = gat_v2_lipschitz_backward(
+            cache.lipschitz, d_scores, params["att"], cache.pre
+        )
+    # B4 (of F4) e = att . hidden: into att and hidden (E, H, C)
+    d_params["att"] = d_params["att"] + np.einsum("eh,ehc->hc", d_scores, cache.hidden)
+    d_hidden = d_scores[:, :, None] * params["att"]
+    # B3 (of F3) LeakyReLU (E, H, C)
+    d_pre = d_pre + d_hidden * leaky_relu_derivative(cache.pre, conv.negative_slope)
+    # B2 (of F2) per edge: x_uv reads W_s h_u and W_t h_v
+    for e, (u, v) in enumerate(edges):
+        d_h_src[u] += d_pre[e]
+        d_h_dst[v] += d_pre[e]
+    # B1 (of F1) W_s x and W_t x; a shared W receives both
+    d_w_src = np.einsum("nhc,nf->hcf", d_h_src, x).reshape(heads * channels, -1)
+    d_w_dst = np.einsum("nhc,nf->hcf", d_h_dst, x).reshape(heads * channels, -1)
+    w_src = params["W_s"].reshape(heads, channels, -1)  # (H, C, in)
+    w_dst = _target_weight(params, conv).reshape(heads, channels, -1)
+    d_x = np.einsum("nhc,hcf->nf", d_h_src, w_src) + np.einsum("nhc,hcf->nf", d_h_dst, w_dst)
+    if conv.share_weights:
+        d_params["W_s"] = d_w_src + d_w_dst
+    else:
+        d_params["W_s"], d_params["W_t"] = d_w_src, d_w_dst
+    return d_x, {name: d_params[name] for name in params}

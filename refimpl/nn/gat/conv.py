@@ -1,0 +1,318 @@
+"""``GATConv``: graph attention, GATv1 (Velickovic et al. 2018) and GATv2 (Brody et al. 2022).
+
+For a target node ``v`` with incoming neighbourhood ``N(v) = {u : (u, v) in E}``
+and each head (GAT-balance Eq. 1-2, per head, before the activation ``phi``
+that the model applies between layers):
+
+    out_v   = sum_{u in N(v)} alpha_uv * W_s h_u                    (Eq. 1)
+    alpha_uv = softmax over u in N(v) of e_uv                       (Eq. 2)
+    v1: e_uv = LeakyReLU(att_src . W h_u + att_dst . W h_v)         (W_s = W_t = W)
+    v2: e_uv = att . LeakyReLU(W_s h_u + W_t h_v)                   (GAT-balance Eq. 2)
+
+Heads are concatenated (``concat=True``) or averaged; the bias is added after
+aggregation; attention dropout acts on ``alpha`` in training.
+
+Parameters (rows of every ``W`` are the weights *incoming* to an output neuron,
+as in the papers), with PyTorch Geometric's names:
+
+=========  =========================  =============================================
+ours       shape                      PyG
+=========  =========================  =============================================
+v1 ``W``   ``(heads*out, in)``        ``GATConv.lin.weight`` (``lin_src`` before 2.5)
+``att_src`` ``(heads, out)``          ``GATConv.att_src`` ``(1, heads, out)``
+``att_dst`` ``(heads, out)``          ``GATConv.att_dst`` ``(1, heads, out)``
+v2 ``W_s`` ``(heads*out, in)``        ``GATv2Conv.lin_l.weight`` (source, "j")
+v2 ``W_t`` ``(heads*out, in)``        ``GATv2Conv.lin_r.weight``; absent if shared
+v2 ``att`` ``(heads, out)``           ``GATv2Conv.att`` ``(1, heads, out)``
+``bias``   ``(heads*out,)`` / ``(out,)``  ``bias``; absent when ``bias=False``
+=========  =========================  =============================================
+
+Edge semantics, as in PyG: with ``add_self_loops=True`` existing self-loops are
+removed and one loop per node is appended (``Graph.remove_self_loops().
+add_self_loops()``), so edge order is "original non-loop edges, then the loops
+of nodes 0..N-1"; duplicate edges each get their own coefficient; a node with
+no incoming edge (possible only without self-loops) aggregates to zero, so its
+output is the bias. The LeakyReLU derivative at exactly 0 is ``negative_slope``
+(PyTorch's convention).
+
+Differences from PyG: ``GATv2Conv``'s linear layers carry their own biases when
+``bias=True``; here ``W_s``, ``W_t`` have none (the papers' form), so only the
+output ``bias`` is shared. ``attention_weights`` returns the coefficients
+before dropout (PyG returns them after).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from refimpl.backend import asarray, get_array_module
+from refimpl.graph import Graph, with_configured_self_loops
+from refimpl.kernels.segment import segment_softmax, segment_softmax_backward
+from refimpl.nn.gat import v1, v2
+from refimpl.nn.lipschitz.neighbourhood_norm import LIPSCHITZ_NORM_MODES
+from refimpl.ops.dropout import Dropout
+from refimpl.ops.propagate import propagate, propagate_backward
+from refimpl.validation import (
+    check_block_inputs,
+    check_cotangent,
+    check_finite,
+    check_graph_rows,
+)
+
+__all__ = ["GATCache", "GATConv"]
+
+
+class GATCache(NamedTuple):
+    """What ``GATConv.backward`` reads (``E`` counts the self-loops when added)."""
+
+    x: Any  # (N, in) input features
+    graph: Graph  # the graph attended over (self-loops handled)
+    h_src: Any  # (N, H, C) W_s x (v1: W x)
+    h_dst: Any  # (N, H, C) W_t x (v1 and shared v2: the same array as h_src)
+    score: v1.ScoreCache | v2.ScoreCache  # the version's score: pre, its branch, LipschitzNorm
+    alpha: Any  # (E, H) attention coefficients, before dropout
+    dropout_cache: Any  # attention-dropout cache (its mask, or None outside training)
+    alpha_dropped: Any  # (E, H) coefficients used in the aggregation
+
+
+@dataclass(frozen=True)
+class GATConv:
+    """One graph-attention layer; see the module docstring for the equations and names."""
+
+    in_channels: int
+    out_channels: int  # C, per head
+    heads: int = 1  # H
+    concat: bool = True  # concatenate heads (else average them)
+    version: str = "v1"  # "v1": PyG GATConv; "v2": PyG GATv2Conv
+    share_weights: bool = False  # v2: W_t = W_s (v1 always has one W)
+    negative_slope: float = 0.2  # GAT paper; PyG default
+    add_self_loops: bool = True  # PyG default
+    bias: bool = True  # PyG default
+    dropout: float = 0.0  # attention dropout probability (PyG's `dropout`)
+    lipschitz_norm: str | None = None  # None | "paper" | "reference-code" (lipschitz_norm.py)
+
+    def __post_init__(self) -> None:
+        for name in ("in_channels", "out_channels", "heads"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if self.version not in ("v1", "v2"):
+            raise ValueError(f"version must be 'v1' or 'v2', got {self.version!r}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.negative_slope < 0:
+            raise ValueError(f"negative_slope must be >= 0, got {self.negative_slope}")
+        if self.lipschitz_norm not in (None, *LIPSCHITZ_NORM_MODES):
+            raise ValueError(
+                f"lipschitz_norm must be None, 'paper' or 'reference-code', "
+                f"got {self.lipschitz_norm!r}"
+            )
+        if self.lipschitz_norm == "reference-code" and self.version != "v1":
+            raise ValueError(
+                "lipschitz_norm='reference-code' reproduces the authors' GATv1 code; "
+                "use version='v1', or lipschitz_norm='paper' for GATv2"
+            )
+        if self.lipschitz_norm is not None and self.negative_slope > 1:
+            # the normalised v2 score is bounded only if LeakyReLU is 1-Lipschitz
+            raise ValueError(f"lipschitz_norm needs negative_slope <= 1, got {self.negative_slope}")
+
+    # -- parameters ------------------------------------------------------------------
+    @property
+    def _shared(self) -> bool:
+        return self.version == "v1" or self.share_weights
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Names and shapes of the parameters, in order."""
+        hc, h, c = self.heads * self.out_channels, self.heads, self.out_channels
+        if self.version == "v1":
+            shapes = {"W": (hc, self.in_channels), "att_src": (h, c), "att_dst": (h, c)}
+        else:
+            shapes = {"W_s": (hc, self.in_channels)}
+            if not self.share_weights:
+                shapes["W_t"] = (hc, self.in_channels)
+            shapes["att"] = (h, c)
+        if self.bias:
+            shapes["bias"] = (hc,) if self.concat else (c,)
+        return shapes
+
+    def init_params(
+        self, rng: np.random.Generator, backend: str | None = None, dtype: Any = np.float64
+    ) -> dict[str, Any]:
+        """Glorot-uniform weights and attention (as PyG's ``glorot``), zero bias.
+
+        ``W`` of shape ``(out, in)`` is drawn from ``U(-b, b)``, ``b = sqrt(6 / (in + out))``;
+        attention ``(H, C)`` likewise with ``b = sqrt(6 / (H + C))`` (PyG applies glorot to
+        its ``(1, H, C)`` tensor, whose last two sizes are ``H`` and ``C``).
+        """
+        params = {}
+        for name, shape in self.param_shapes().items():
+            if name == "bias":
+                value = np.zeros(shape)
+            else:
+                bound = np.sqrt(6.0 / (shape[0] + shape[1]))
+                value = rng.uniform(-bound, bound, size=shape)
+            params[name] = asarray(value, backend=backend, dtype=dtype)
+        return params
+
+    def prepare_graph(self, graph: Graph) -> Graph:
+        """The graph the layer attends over: self-loops replaced by one per node if configured."""
+        return with_configured_self_loops(graph, self.add_self_loops)
+
+    # -- forward -----------------------------------------------------------------------
+    def forward(
+        self,
+        params: dict[str, Any],
+        x: Any,
+        graph: Graph,
+        training: bool = False,
+        rng: np.random.Generator | None = None,
+        attn_dropout_mask: Any = None,
+    ) -> tuple[Any, GATCache]:
+        """Apply the layer.
+
+        Parameters
+        ----------
+        params : dict
+            As from :meth:`init_params` (see :meth:`param_shapes`).
+        x : (N, in_channels) float array
+        graph : Graph
+            On ``N`` nodes.
+        training : bool
+            Attention dropout is active only in training.
+        rng : numpy.random.Generator, optional
+            Draws the dropout mask when ``training`` and ``dropout > 0``.
+        attn_dropout_mask : (E, H) bool array, optional
+            The keep-mask itself (True = keep), over the edges of
+            ``prepare_graph(graph)``; overrides ``rng``.
+
+        Returns
+        -------
+        out : (N, H*C) if ``concat`` else (N, C)
+        cache : GATCache
+        """
+        graph = self._check_inputs(params, x, graph)
+        out, cache = self.forward_unchecked(params, x, graph, training, rng, attn_dropout_mask)
+        check_finite(out, "GATConv's output")  # finite inputs, so an overflow inside
+        return out, cache
+
+    def forward_unchecked(
+        self,
+        params: dict[str, Any],
+        x: Any,
+        graph: Graph,
+        training: bool,
+        rng: np.random.Generator | None,
+        attn_dropout_mask: Any,
+    ) -> tuple[Any, GATCache]:
+        """:meth:`forward` on checked inputs and ``graph = prepare_graph(graph)``: for a model
+        that validated its parameters and input once at its own boundary."""
+        xp = get_array_module(x)
+        num_nodes, heads, channels = x.shape[0], self.heads, self.out_channels
+        src, dst = graph.src_segments(xp), graph.dst_segments(xp)
+
+        # F1 feature transforms (N, H, C)
+        h_src = (x @ params["W" if self.version == "v1" else "W_s"].T).reshape(
+            num_nodes, heads, channels
+        )
+        h_dst = h_src if self._shared else (x @ params["W_t"].T).reshape(num_nodes, heads, channels)
+        # F2-F4 the version's score e (E, H): GAT-balance Eq. 2 (refimpl.nn.gat.v1 / v2)
+        scores, score_cache = (v1 if self.version == "v1" else v2).scores(
+            params, h_src, h_dst, src, dst, self.negative_slope, self.lipschitz_norm
+        )
+        # F5 softmax over each target's incoming edges (E, H)
+        alpha = segment_softmax(scores, dst)
+        # F6 attention dropout (E, H)
+        alpha_dropped, dropout_cache = Dropout(self.dropout).forward(
+            {}, alpha, training=training, rng=rng, mask=attn_dropout_mask
+        )
+        # F7 aggregate W_s h_u over N(v) (N, H, C)
+        aggregated = propagate(h_src, alpha_dropped, src, dst)
+        # F8 combine heads
+        if self.concat:
+            out = aggregated.reshape(num_nodes, heads * channels)  # (N, H*C)
+        else:
+            out = aggregated.mean(axis=1)  # (N, C)
+        # F9 bias
+        if self.bias:
+            out = out + params["bias"]
+        cache = GATCache(x, graph, h_src, h_dst, score_cache, alpha, dropout_cache, alpha_dropped)
+        return out, cache
+
+    # -- backward ----------------------------------------------------------------------
+    def backward(
+        self, params: dict[str, Any], cache: GATCache, d_out: Any, input_grad: bool = True
+    ) -> tuple[Any, dict[str, Any]]:
+        """Gradients of a scalar loss: ``(d_x (N, in), d_params keyed like params)``.
+
+        ``input_grad=False`` skips ``d_x`` (returned as ``None``): a network's
+        first layer needs no gradient for the data, and it costs a full
+        ``(N, H*C) @ (H*C, in)`` product.
+        """
+        x, graph = cache.x, cache.graph
+        xp = get_array_module(x)
+        num_nodes, heads, channels = x.shape[0], self.heads, self.out_channels
+        out_shape = (num_nodes, heads * channels) if self.concat else (num_nodes, channels)
+        check_cotangent(d_out, out_shape, x.dtype, x, name="d_out")
+        src, dst = graph.src_segments(xp), graph.dst_segments(xp)
+        d_params: dict[str, Any] = {}
+
+        # B9 (of F9) bias
+        if self.bias:
+            d_params["bias"] = d_out.sum(axis=0)
+        # B8 (of F8) heads: reshape back, or share the mean's gradient equally
+        if self.concat:
+            d_aggregated = d_out.reshape(num_nodes, heads, channels)
+        else:
+            d_aggregated = xp.broadcast_to(d_out[:, None, :] / heads, (num_nodes, heads, channels))
+        # B7 (of F7) aggregation: messages and coefficients
+        h_src_edges = cache.score.h_src_edges if self.version == "v2" else None  # (E, H, C)
+        d_h_src, d_alpha_dropped = propagate_backward(
+            cache.h_src, cache.alpha_dropped, d_aggregated, src, dst, h_src_edges
+        )
+        # B6 (of F6) dropout, B5 (of F5) softmax
+        d_alpha, _ = Dropout(self.dropout).backward({}, cache.dropout_cache, d_alpha_dropped)
+        d_scores = segment_softmax_backward(cache.alpha, d_alpha, dst)  # (E, H)
+        # B4-B2 (of F4-F2) the version's score: into h_src, h_dst and the attention vectors
+        if self.version == "v1":
+            d_h_src, d_h_dst, d_att = v1.scores_backward(
+                params, cache.score, cache.h_src, cache.h_dst, d_scores, d_h_src, src, dst,
+                self.negative_slope,
+            )  # fmt: skip
+        else:
+            d_h_src, d_h_dst, d_att = v2.scores_backward(
+                params, cache.score, cache.h_src, cache.h_dst, d_scores, d_h_src, src, dst,
+                self.negative_slope, self.share_weights,
+            )  # fmt: skip
+        d_params.update(d_att)
+        # B1 (of F1) feature transforms; a shared W receives both sides' gradients
+        d_h_src = d_h_src.reshape(num_nodes, heads * channels)
+        if d_h_dst is not None:
+            d_h_dst = d_h_dst.reshape(num_nodes, heads * channels)
+        d_x = None
+        if self._shared:
+            name = "W" if self.version == "v1" else "W_s"
+            d_h = d_h_src if d_h_dst is None else d_h_src + d_h_dst
+            d_params[name] = d_h.T @ x
+            if input_grad:
+                d_x = d_h @ params[name]
+        else:
+            d_params["W_s"] = d_h_src.T @ x
+            d_params["W_t"] = d_h_dst.T @ x
+            if input_grad:
+                d_x = d_h_src @ params["W_s"] + d_h_dst @ params["W_t"]
+        return d_x, {name: d_params[name] for name in params}
+
+    # -- inspection ----------------------------------------------------------------------
+    @staticmethod
+    def attention_weights(cache: GATCache) -> tuple[Any, Any]:
+        """``(edge_index (2, E), alpha (E, H))``: the coefficients per edge and head, before
+        dropout, over the edges actually attended (self-loops included when added)."""
+        return cache.graph.edge_index_on(get_array_module(cache.alpha)), cache.alpha
+
+    def _check_inputs(self, params: dict[str, Any], x: Any, graph: Graph) -> Graph:
+        check_block_inputs(params, self.param_shapes(), "GATConv", x, self.in_channels)
+        check_graph_rows(x, graph)
+        return self.prepare_graph(graph)

@@ -1,0 +1,107 @@
+"""GATv1's attention score and its backward (Velickovic et al. 2018; GAT-balance Eq. 2).
+
+For an edge ``u -> v`` and head ``h``, with ``W h_k`` the transformed features (N, H, C):
+
+    e_uv = LeakyReLU(att_src . W h_u + att_dst . W h_v)
+
+The dot products are per node, so the score is a sum of two per-node halves gathered
+to the edges; with ``lipschitz_norm`` set, LipschitzNorm divides the sum before the
+LeakyReLU (as the released code does; LeakyReLU is positively homogeneous, so dividing
+after gives the same score). :class:`refimpl.nn.gat.conv.GATConv` runs the rest of the
+layer (transform, softmax, dropout, aggregation, heads, bias); the literal twin is
+:mod:`refimpl.naive.gat_v1`.
+
+    F2  score_src = att_src . W h_u,  score_dst = att_dst . W h_v     (N, H) each
+    F3  pre = score_src[u] + score_dst[v]                             (E, H)
+    F3' pre <- pre / D  (LipschitzNorm, refimpl.nn.lipschitz.neighbourhood_norm)
+    F4  e = LeakyReLU(pre)                                            (E, H)
+
+    B4  d_pre = d_e * (1 if pre > 0 else slope)
+    B3' through the quotient and its denominator (into W h and att)
+    B3  d_score_src = sum over u's outgoing edges, d_score_dst over v's incoming
+    B2  d att_src = sum_k d_score_src[k] W h_k;  d W h_k += d_score_src[k] att_src (dst alike)
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from refimpl.kernels.segment import Segments, gather, segment_sum
+from refimpl.nn.lipschitz.neighbourhood_norm import (
+    NeighbourNormCache,
+    neighbour_lipschitz_norm,
+    neighbour_lipschitz_norm_backward,
+)
+from refimpl.ops.activations import leaky_relu, leaky_relu_backward
+from refimpl.ops.heads import dot_per_head, sum_per_head
+
+__all__ = ["ScoreCache", "scores", "scores_backward"]
+
+
+class ScoreCache(NamedTuple):
+    """What :func:`scores_backward` reads, beside the layer's ``h_src`` and ``h_dst``."""
+
+    pre: Any  # (E, H) LeakyReLU input (after LipschitzNorm); kept to inspect kink distances
+    positive: Any  # (E, H) pre > 0, the LeakyReLU's branch
+    lipschitz: NeighbourNormCache | None  # with ``lipschitz_norm`` set
+
+
+def scores(
+    params: dict[str, Any],
+    h_src: Any,
+    h_dst: Any,
+    src: Segments,
+    dst: Segments,
+    negative_slope: float,
+    lipschitz_norm: str | None,
+) -> tuple[Any, ScoreCache]:
+    """``e`` (E, H) from ``h_src = h_dst = W x`` (N, H, C), and what the backward reads."""
+    # F2 per-node halves of the score (N, H), F3 their sum per edge (E, H)
+    score_src = dot_per_head(h_src, params["att_src"])
+    score_dst = dot_per_head(h_dst, params["att_dst"])
+    pre = gather(score_src, src) + gather(score_dst, dst)
+    lipschitz = None
+    if lipschitz_norm is not None:
+        # F3' LipschitzNorm, before the LeakyReLU (E, H)
+        pre, lipschitz = neighbour_lipschitz_norm(
+            pre, lipschitz_norm, "v1", params, h_src, None, src, dst
+        )
+    # F4 e = LeakyReLU(pre) (E, H)
+    e, positive = leaky_relu(pre, negative_slope)
+    return e, ScoreCache(pre, positive, lipschitz)
+
+
+def scores_backward(
+    params: dict[str, Any],
+    cache: ScoreCache,
+    h_src: Any,
+    h_dst: Any,
+    d_scores: Any,
+    d_h_src: Any,
+    src: Segments,
+    dst: Segments,
+    negative_slope: float,
+) -> tuple[Any, Any, dict[str, Any]]:
+    """``(d_h_src, d_h_dst, {"att_src", "att_dst"})``: ``d_h_src`` (N, H, C) is the
+    aggregation's gradient with the score's added; ``d_h_dst`` the score's alone."""
+    # B4 (of F4) LeakyReLU (E, H)
+    d_pre = leaky_relu_backward(cache.positive, d_scores, negative_slope)
+    d_att: dict[str, Any] = {}
+    if cache.lipschitz is not None:
+        # B3' (of F3') LipschitzNorm: the quotient and its denominator
+        d_pre, d_h_norms, d_att = neighbour_lipschitz_norm_backward(
+            cache.lipschitz, d_pre, params, h_src, None, src, dst
+        )
+        d_h_src = d_h_src + d_h_norms
+    # B3 (of F3) the gather's adjoint: sum per source and per target (N, H)
+    d_score_src, d_score_dst = segment_sum(d_pre, src), segment_sum(d_pre, dst)
+    # B2 (of F2) score halves: att and h both receive gradient
+    d_params = {
+        "att_src": sum_per_head(d_score_src, h_src),
+        "att_dst": sum_per_head(d_score_dst, h_dst),
+    }
+    for name, d_through_norm in d_att.items():
+        d_params[name] += d_through_norm
+    d_h_src = d_h_src + d_score_src[..., None] * params["att_src"]
+    d_h_dst = d_score_dst[..., None] * params["att_dst"]
+    return d_h_src, d_h_dst, d_params

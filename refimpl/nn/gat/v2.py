@@ -1,0 +1,141 @@
+"""GATv2's attention score and its backward (Brody et al. 2022; GAT-balance Eq. 2).
+
+For an edge ``u -> v`` and head ``h``, with ``W_s h_u``, ``W_t h_v`` the transformed
+features (N, H, C) (one array when ``share_weights``):
+
+    e_uv = att . LeakyReLU(W_s h_u + W_t h_v)
+
+with LipschitzNorm (``lipschitz_norm="paper"``) dividing the score. The literal twin,
+which computes exactly this line per edge, is :mod:`refimpl.naive.gat_v2`; the code
+here reaches the same numbers by another route, so that no pass but one writes over
+``(E, H, C)``:
+
+* Forward: ``LeakyReLU(p) = s p + (1 - s) relu(p)``, and ``att . p`` splits into
+  per-node terms ``g_src[u] + g_dst[v]`` with ``g = h . att``, so only ``relu(pre)``
+  needs a pass over the edges (a literal LeakyReLU takes three).
+* Backward: ``d_pre = d_e att f`` with ``f = s + (1 - s) [pre > 0]``, and everything
+  that reads ``d_pre`` is linear over edges, so per side the per-node sum
+  ``M = S(d_e f) = (1 - s) S(d_e [pre > 0]) + s S(d_e)`` (N, H, C) gives
+  ``d h = M * att`` and ``d att = sum over sides and nodes of h * M``. Literally::
+
+      d_pre = d_e[..., None] * att * where(pre > 0, 1, s)     # (E, H, C)
+      d att = sum_e d_e[..., None] * LeakyReLU(pre)            # (H, C)
+      d h_src = S_src(d_pre);  d h_dst = S_dst(d_pre)          # (N, H, C)
+
+    F2  pre = W_s h_u + W_t h_v                                       (E, H, C)
+    F3  relu(pre), and g = h . att per node                           (E, H, C), (N, H)
+    F4  e = (1 - s) att . relu(pre) + s (g_src[u] + g_dst[v])         (E, H)
+    F4' e <- e / D  (LipschitzNorm, refimpl.nn.lipschitz.neighbourhood_norm)
+
+    B4' through the quotient and its denominator (into pre and att)
+    B4, B3  M per side, d h = M * att, d att = sum h * M
+    B2  the gathers' adjoint is in M
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, NamedTuple
+
+from refimpl.backend import get_array_module
+from refimpl.kernels.segment import Segments, gather, segment_sum, segment_sum_pair
+from refimpl.nn.lipschitz.neighbourhood_norm import (
+    NeighbourNormCache,
+    neighbour_lipschitz_norm,
+    neighbour_lipschitz_norm_backward,
+)
+from refimpl.ops.heads import dot_per_head
+
+__all__ = ["ScoreCache", "scores", "scores_backward"]
+
+
+class ScoreCache(NamedTuple):
+    """What :func:`scores_backward` reads, beside the layer's ``h_src`` and ``h_dst``."""
+
+    pre: Any  # (E, H, C) W_s h_u + W_t h_v, the LeakyReLU input
+    positive: Any  # (E, H, C) pre > 0, the LeakyReLU's branch
+    h_src_edges: Any  # (E, H, C) W_s h_u per edge, reused by the aggregation's backward
+    lipschitz: NeighbourNormCache | None  # with ``lipschitz_norm`` set
+
+
+def scores(
+    params: dict[str, Any],
+    h_src: Any,
+    h_dst: Any,
+    src: Segments,
+    dst: Segments,
+    negative_slope: float,
+    lipschitz_norm: str | None,
+) -> tuple[Any, ScoreCache]:
+    """``e`` (E, H) from ``h_src = W_s x`` and ``h_dst = W_t x`` (N, H, C; the same array
+    when the weights are shared), and what the backward reads."""
+    xp = get_array_module(h_src)
+    # F2 W_s h_u + W_t h_v per edge (E, H, C)
+    h_src_edges = gather(h_src, src)
+    pre = gather(h_dst, dst)
+    pre += h_src_edges  # in place on the fresh gather: one allocation less
+    # F3 relu(pre) (E, H, C) and g = h . att per node (N, H); F4 the score (E, H)
+    slope = negative_slope
+    positive = pre > 0
+    e = dot_per_head(xp.maximum(pre, 0), params["att"])
+    e *= 1 - slope
+    node_scores_src = dot_per_head(h_src, params["att"])  # g (N, H)
+    node_scores_dst = node_scores_src if h_dst is h_src else dot_per_head(h_dst, params["att"])
+    e += slope * (gather(node_scores_src, src) + gather(node_scores_dst, dst))
+    lipschitz = None
+    if lipschitz_norm is not None:
+        # F4' LipschitzNorm of the score (E, H)
+        e, lipschitz = neighbour_lipschitz_norm(
+            e, lipschitz_norm, "v2", params, None, pre, src, dst
+        )
+    return e, ScoreCache(pre, positive, h_src_edges, lipschitz)
+
+
+def scores_backward(
+    params: dict[str, Any],
+    cache: ScoreCache,
+    h_src: Any,
+    h_dst: Any,
+    d_scores: Any,
+    d_h_src: Any,
+    src: Segments,
+    dst: Segments,
+    negative_slope: float,
+    share_weights: bool,
+) -> tuple[Any, Any, dict[str, Any]]:
+    """``(d_h_src, d_h_dst, {"att"})``: ``d_h_src`` (N, H, C) is the aggregation's gradient
+    with the score's added; ``d_h_dst`` the score's alone (``None`` with shared weights,
+    whose one side collects both ends)."""
+    xp = get_array_module(d_scores)
+    d_pre_norms, d_att = None, {}
+    if cache.lipschitz is not None:
+        # B4' (of F4') LipschitzNorm: the quotient and its denominator
+        d_scores, d_pre_norms, d_att = neighbour_lipschitz_norm_backward(
+            cache.lipschitz, d_scores, params, None, cache.pre, src, dst
+        )
+    # B4 (of F4) and B3 (of F3), summed per node: M per side (the module docstring); one
+    # side when W_t = W_s, as both ends read one h. S(d_e [pre > 0]) reads the mask with
+    # d_e as the sum matrix's entries, so no pass writes over (E, H, C).
+    if share_weights:
+        sides = [(partial(segment_sum_pair, first=src, second=dst), h_src)]
+    else:
+        sides = [
+            (partial(segment_sum, segments=src), h_src),
+            (partial(segment_sum, segments=dst), h_dst),
+        ]
+    slope, d_h_sides = negative_slope, []
+    d_params = {"att": xp.zeros_like(params["att"])}
+    for segment_sum_of, h_side in sides:
+        summed = (1 - slope) * segment_sum_of(cache.positive, weights=d_scores)
+        summed += slope * segment_sum_of(d_scores)[..., None]  # M (N, H, C)
+        d_params["att"] += (h_side * summed).sum(axis=0)
+        d_h_side = summed * params["att"]
+        if d_pre_norms is not None:
+            d_h_side += segment_sum_of(d_pre_norms)
+        d_h_sides.append(d_h_side)
+    for name, d_through_norm in d_att.items():
+        d_params[name] += d_through_norm
+    # B2 (of F2) the gathers' adjoint is in M; add the aggregation's d_h_src (B7)
+    d_h_src = d_h_src + d_h_sides[0]
+    d_h_dst = d_h_sides[1] if len(d_h_sides) > 1 else None
+    return d_h_src, d_h_dst, d_params

@@ -1,0 +1,422 @@
+"""``TransformerConv``: the graph transformer of Shi et al. 2021 (UniMP), as PyG's TransformerConv.
+
+For a target node ``v`` with incoming neighbourhood ``N(v) = {u : (u, v) in E}``
+and each head (queries, keys and values ``(H, C)`` per node; ``e_uv`` the
+features of the edge ``u -> v``, when ``edge_dim`` is set)::
+
+    q_v = W_q x_v + b_q,   k_u = W_k x_u + b_k,   val_u = W_v x_u + b_v
+    ef_uv = W_e e_uv,   k_uv = k_u + ef_uv,   val_uv = val_u + ef_uv   (no ef without edge_dim)
+    s_uv  = q_v . k_uv / sqrt(C)                 (LipschitzNorm: q_v . k_uv / D_v, see below)
+    alpha_uv = softmax over u in N(v) of s_uv    (attention dropout on alpha in training)
+    m_v   = sum_{u in N(v)} alpha_uv val_uv      heads concatenated (H*C) or averaged (C)
+    root weight: x_r = W_skip x_v + b_skip;  out = m + x_r, or with ``beta``:
+    b_v = sigmoid(w_beta . [m_v, x_r, m_v - x_r]),  out = b x_r + (1 - b) m
+
+Relation to the graph-transformer layer of the massive-activations supplement
+(Eq. 3-13; ``d_k = C``, heads ``i = h``):
+
+* Eq. 3-5: ``Q = H W^Q`` etc. are ``W_q x``, ``W_k x``, ``W_v x`` here; PyG adds
+  the biases ``b_q, b_k, b_v`` (``bias=False`` removes them).
+* Eq. 6-8: the masked softmax ``softmax(Q K^T / sqrt(d_k) + M)`` with ``M_ij = 0``
+  on edges and ``-inf`` elsewhere is the softmax over each target's incoming
+  edges (``segment_softmax``); row ``v`` of ``A`` attends to ``u`` when
+  ``u -> v`` is an edge, and ``head = A V`` is ``m_v``. Eq. 7 also unmasks
+  ``i = j``; PyG's TransformerConv adds no self-loops, so pass
+  ``graph.add_self_loops()`` for that mask. Duplicate edges each get their own
+  coefficient (the dense mask would count them once); a node with no incoming
+  edge aggregates to zero (Eq. 7 never has an empty row).
+* Eq. 9, 11 (``W^O``, residual, LayerNorm) are not part of this layer; PyG's
+  root weight ``W_skip`` (with its ``beta`` gate) is UniMP's own skip.
+* Eq. 12: ``softmax((q_i^T k_j + f(e_ij)) / sqrt(d_k))``. In PyG the edge term is
+  ``f(e_uv) = q_v . W_e e_uv``: bilinear in the query and the edge features, so
+  not a function of ``e_uv`` alone (nor a scalar network of it), and divided by
+  ``sqrt(C)`` with the rest.
+* Eq. 13: ``v_ij = V_i + g(e_ij)`` with ``g = W_e``, the same map that enters
+  the keys (PyG has one ``lin_edge``).
+
+LipschitzNorm (``lipschitz_norm="paper"``): LipschitzNorm Eq. 19 per head and
+per target neighbourhood, ``s_uv = q_v . k_uv / D_v`` with
+``D_v = max{u a, u w, a w}`` (``u = ||q_v||``, ``a``, ``w`` the longest key and
+value into ``v``) in place of ``1 / sqrt(C)``, clipped to ``[-1, 1]``. Its
+definition and conventions (ties, ``D_v = 0``, no eps) are in
+:mod:`refimpl.nn.lipschitz.neighbourhood_norm` (section "Transformer form"), with
+:func:`~refimpl.nn.lipschitz.neighbourhood_norm.transformer_lipschitz_scores` and its backward.
+
+Parameters, with PyTorch Geometric's names (``F = H*C`` if ``concat`` else ``C``):
+
+============  ======================  ===============================================
+ours          shape                   PyG ``TransformerConv``
+============  ======================  ===============================================
+``W_q``       ``(H*C, in)``           ``lin_query.weight``
+``b_q``       ``(H*C,)``              ``lin_query.bias``
+``W_k``       ``(H*C, in)``           ``lin_key.weight``
+``b_k``       ``(H*C,)``              ``lin_key.bias``
+``W_v``       ``(H*C, in)``           ``lin_value.weight``
+``b_v``       ``(H*C,)``              ``lin_value.bias``
+``W_e``       ``(H*C, edge_dim)``     ``lin_edge.weight`` (no bias in PyG); with ``edge_dim``
+``W_skip``    ``(F, in)``             ``lin_skip.weight``; with ``root_weight``
+``b_skip``    ``(F,)``                ``lin_skip.bias``; with ``root_weight``
+``w_beta``    ``(1, 3F)``             ``lin_beta.weight`` (no bias); with ``beta``
+============  ======================  ===============================================
+
+Every bias is absent when ``bias=False``. Without LipschitzNorm ``b_k``'s
+gradient is zero (``q_v . b_k`` shifts all scores of a target equally, and the
+softmax ignores shifts); finite differences and autograd see rounding there.
+
+Differences from PyG: ``beta=True`` with ``root_weight=False`` is refused (PyG
+silently drops ``beta``); ``edge_attr`` without ``edge_dim`` is refused (PyG
+adds it untransformed to the values); the attention dropout mask can be passed
+in; ``attention_weights`` returns the coefficients before dropout, as PyG's
+``return_attention_weights`` does. Bipartite inputs ``(x_src, x_dst)`` are not
+supported.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from refimpl.backend import asarray, get_array_module
+from refimpl.graph import Graph
+from refimpl.kernels.segment import gather, segment_softmax, segment_softmax_backward, segment_sum
+from refimpl.nn.attention_common import project, project_backward
+from refimpl.nn.lipschitz.neighbourhood_norm import (
+    TransformerLipschitzCache,
+    transformer_lipschitz_scores,
+    transformer_lipschitz_scores_backward,
+)
+from refimpl.nn.transformer.root_weight import root_weight, root_weight_backward
+from refimpl.ops.dropout import Dropout
+from refimpl.ops.propagate import propagate, propagate_backward
+from refimpl.validation import (
+    check_block_inputs,
+    check_cotangent,
+    check_graph_rows,
+    check_optional_input,
+    check_positive_int,
+)
+
+__all__ = ["TransformerConv", "TransformerConvCache"]
+
+LIPSCHITZ_NORMS = (None, "paper")
+
+
+class TransformerConvCache(NamedTuple):
+    """What ``TransformerConv.backward`` reads."""
+
+    x: Any  # (N, in)
+    graph: Graph
+    edge_attr: Any  # (E, edge_dim) or None
+    q: Any  # (N, H, C) queries
+    k: Any  # (N, H, C) node keys (without the edge term)
+    val: Any  # (N, H, C) node values (without the edge term)
+    edge_features: Any  # (E, H, C) ef = W_e e_uv, or None
+    alpha: Any  # (E, H) attention coefficients, before dropout
+    dropout_cache: Any  # attention-dropout cache (its mask, or None outside training)
+    alpha_dropped: Any  # (E, H) coefficients used in the aggregation
+    lipschitz: TransformerLipschitzCache | None  # with lipschitz_norm="paper"
+    messages: Any  # (N, F) heads combined, before the root weight
+    skip: Any  # (N, F) x_r = W_skip x + b_skip, or None
+    gate: Any  # (N, 1) b = sigmoid(...) with beta, else None
+
+
+@dataclass(frozen=True)
+class TransformerConv:
+    """Graph transformer convolution; see the module docstring for equations and names."""
+
+    in_channels: int
+    out_channels: int  # C, per head
+    heads: int = 1  # H
+    concat: bool = True  # concatenate heads (H*C) else average them (C); PyG default
+    beta: bool = False  # PyG's gated skip (needs root_weight)
+    dropout: float = 0.0  # attention dropout on alpha, training only; PyG default
+    edge_dim: int | None = None  # edge feature size; None: no edge features
+    bias: bool = True  # biases of the query/key/value/skip linears; PyG default
+    root_weight: bool = True  # add W_skip x_v (PyG's lin_skip); PyG default
+    lipschitz_norm: str | None = None  # None (1 / sqrt(C)) | "paper" (LipschitzNorm Eq. 19)
+
+    def __post_init__(self) -> None:
+        for name in ("in_channels", "out_channels", "heads"):
+            check_positive_int(getattr(self, name), f"TransformerConv {name}")
+        if self.edge_dim is not None:
+            check_positive_int(self.edge_dim, "TransformerConv edge_dim")
+        if isinstance(self.dropout, bool) or not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        if self.lipschitz_norm not in LIPSCHITZ_NORMS:
+            raise ValueError(
+                f"lipschitz_norm must be None or 'paper' (LipschitzNorm Eq. 19), "
+                f"got {self.lipschitz_norm!r}"
+            )
+        if self.beta and not self.root_weight:
+            raise ValueError(
+                "beta=True gates the root weight's output, so it needs root_weight=True "
+                "(PyG silently ignores beta without it); set beta=False or root_weight=True"
+            )
+
+    # -- parameters ------------------------------------------------------------------
+    @property
+    def _width(self) -> int:
+        """``F``: output width, ``H*C`` (concat) or ``C`` (mean)."""
+        return self.heads * self.out_channels if self.concat else self.out_channels
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Names and shapes of the parameters, in order."""
+        hc, width = self.heads * self.out_channels, self._width
+        shapes: dict[str, tuple[int, ...]] = {}
+        for name in ("q", "k", "v"):
+            shapes[f"W_{name}"] = (hc, self.in_channels)
+            if self.bias:
+                shapes[f"b_{name}"] = (hc,)
+        if self.edge_dim is not None:
+            shapes["W_e"] = (hc, self.edge_dim)
+        if self.root_weight:
+            shapes["W_skip"] = (width, self.in_channels)
+            if self.bias:
+                shapes["b_skip"] = (width,)
+        if self.beta:
+            shapes["w_beta"] = (1, 3 * width)
+        return shapes
+
+    def init_params(
+        self, rng: np.random.Generator, backend: str | None = None, dtype: Any = np.float64
+    ) -> dict[str, Any]:
+        """PyG's ``Linear`` default reset: every weight and bias ``~ U(-1/sqrt(fan_in), +)``.
+
+        That is ``kaiming_uniform(a=sqrt(5))`` for the weights (bound
+        ``sqrt(6 / ((1 + a^2) fan_in)) = 1 / sqrt(fan_in)``) and the bias with the
+        same fan-in; the same distribution as PyG, not the same draws.
+        """
+        params = {}
+        for name, shape in self.param_shapes().items():
+            # a weight (out, in) has fan-in ``in``; every bias belongs to a linear that reads x
+            fan_in = shape[1] if len(shape) == 2 else self.in_channels
+            bound = 1.0 / math.sqrt(fan_in)
+            params[name] = asarray(rng.uniform(-bound, bound, size=shape), backend, dtype)
+        return params
+
+    # -- forward -----------------------------------------------------------------------
+    def forward(
+        self,
+        params: dict[str, Any],
+        x: Any,
+        graph: Graph,
+        edge_attr: Any = None,
+        training: bool = False,
+        rng: np.random.Generator | None = None,
+        attn_dropout_mask: Any = None,
+    ) -> tuple[Any, TransformerConvCache]:
+        """Apply the layer.
+
+        Parameters
+        ----------
+        params : dict
+            As from :meth:`init_params` (see :meth:`param_shapes`).
+        x : (N, in_channels) float array
+        graph : Graph
+            On ``N`` nodes, used as given (no self-loops added).
+        edge_attr : (E, edge_dim) float array, optional
+            Required exactly when ``edge_dim`` is set; row ``e`` belongs to edge ``e``.
+        training : bool
+            Attention dropout is active only in training.
+        rng : numpy.random.Generator, optional
+            Draws the dropout mask when ``training`` and ``dropout > 0``.
+        attn_dropout_mask : (E, H) bool array, optional
+            The keep-mask itself (True = keep); overrides ``rng``.
+
+        Returns
+        -------
+        out : (N, H*C) if ``concat`` else (N, C)
+        cache : TransformerConvCache
+        """
+        self._check_inputs(params, x, graph, edge_attr)
+        xp = get_array_module(x)
+        n, heads, channels = x.shape[0], self.heads, self.out_channels
+        src, dst = graph.src_segments(xp), graph.dst_segments(xp)
+
+        # F1 node queries, keys, values (N, H, C) (supplement Eq. 3-5, with PyG's biases)
+        q, k, val = (y.reshape(n, heads, channels) for y in project(params, "qkv", x, self.bias))
+        # F2 edge features ef = W_e e_uv (E, H, C) (supplement Eq. 12-13: one W_e for both)
+        edge_features = None
+        if self.edge_dim is not None:
+            edge_features = (edge_attr @ params["W_e"].T).reshape(-1, heads, channels)
+        # F3 per edge: the target's query, the key k_uv = k_u + ef_uv (E, H, C)
+        q_edges = gather(q, dst)
+        k_edges = _with_edge_term(gather(k, src), edge_features)
+        # F4 raw scores q_v . k_uv (E, H)
+        raw = xp.einsum("ehc,ehc->eh", q_edges, k_edges)
+        lipschitz = None
+        if self.lipschitz_norm is None:
+            # F5 scale by 1 / sqrt(d_k) (supplement Eq. 6, PyG)
+            scores = raw / math.sqrt(channels)
+        else:
+            # F5' LipschitzNorm Eq. 19 per target and head (E, H)
+            val_edges = _with_edge_term(gather(val, src), edge_features)
+            scores, lipschitz = transformer_lipschitz_scores(raw, q, k_edges, val_edges, dst)
+        # F6 softmax over each target's incoming edges (E, H) (supplement Eq. 6-7)
+        alpha = segment_softmax(scores, dst)
+        # F7 attention dropout (E, H)
+        alpha_dropped, dropout_cache = Dropout(self.dropout).forward(
+            {}, alpha, training=training, rng=rng, mask=attn_dropout_mask
+        )
+        # F8 aggregate sum_u alpha_uv (val_u + ef_uv) (N, H, C) (supplement Eq. 8, 13), by
+        # linearity as propagate(val) plus the edge term: no (E, H, C) values without edge_dim
+        aggregated = propagate(val, alpha_dropped, src, dst)
+        if edge_features is not None:
+            aggregated = aggregated + segment_sum(alpha_dropped[..., None] * edge_features, dst)
+        # F9 combine heads (N, F)
+        if self.concat:
+            messages = aggregated.reshape(n, heads * channels)
+        else:
+            messages = aggregated.mean(axis=1)
+        out, skip, gate = messages, None, None
+        if self.root_weight:
+            # F10-F11 root weight x_r = W_skip x_v + b_skip, added or gated by beta (N, F)
+            out, skip, gate = root_weight(params, x, messages, self.bias, self.beta)
+        cache = TransformerConvCache(
+            x,
+            graph,
+            edge_attr,
+            q,
+            k,
+            val,
+            edge_features,
+            alpha,
+            dropout_cache,
+            alpha_dropped,
+            lipschitz,
+            messages,
+            skip,
+            gate,
+        )
+        return out, cache
+
+    # -- backward ----------------------------------------------------------------------
+    def backward(
+        self,
+        params: dict[str, Any],
+        cache: TransformerConvCache,
+        d_out: Any,
+        input_grad: bool = True,
+    ) -> tuple[Any, dict[str, Any]]:
+        """Gradients of ``<d_out, out>``: ``(d_inputs, d_params keyed like params)``.
+
+        ``d_inputs`` is ``d_x (N, in)`` without ``edge_dim``, else the tuple
+        ``(d_x, d_edge_attr (E, edge_dim))``. ``input_grad=False`` returns ``None``
+        in place of ``d_x`` (a first layer needs no gradient for its data).
+        """
+        x, graph = cache.x, cache.graph
+        xp = get_array_module(x)
+        n, heads, channels = x.shape[0], self.heads, self.out_channels
+        check_cotangent(d_out, (n, self._width), x.dtype, x, name="d_out")
+        src, dst = graph.src_segments(xp), graph.dst_segments(xp)
+        d_params: dict[str, Any] = {}
+
+        d_messages, d_skip = d_out, None
+        if self.root_weight:
+            # B11 (of F11) the sum or the gate; B10 (of F10) with the projections' adjoint at B1
+            d_messages, d_skip = root_weight_backward(
+                params, cache.messages, cache.skip, cache.gate, d_out, d_params
+            )
+        # B9 (of F9) heads: reshape back, or share the mean's gradient equally (N, H, C)
+        if self.concat:
+            d_aggregated = d_messages.reshape(n, heads, channels)
+        else:
+            d_aggregated = xp.broadcast_to(d_messages[:, None, :] / heads, (n, heads, channels))
+        # B8 (of F8) aggregation: node values and coefficients, then the edge term
+        d_val, d_alpha_dropped = propagate_backward(
+            cache.val, cache.alpha_dropped, d_aggregated, src, dst
+        )
+        d_edge_features = None
+        if cache.edge_features is not None:
+            d_edge_messages = gather(d_aggregated, dst)  # (E, H, C)
+            d_alpha_dropped = d_alpha_dropped + xp.einsum(
+                "ehc,ehc->eh", d_edge_messages, cache.edge_features
+            )
+            d_edge_features = d_edge_messages * cache.alpha_dropped[..., None]  # (E, H, C)
+        # B7 (of F7) dropout, B6 (of F6) softmax (E, H)
+        d_alpha, _ = Dropout(self.dropout).backward({}, cache.dropout_cache, d_alpha_dropped)
+        d_scores = segment_softmax_backward(cache.alpha, d_alpha, dst)
+        # (F3 recomputed) per-edge queries and keys (E, H, C)
+        q_edges = gather(cache.q, dst)
+        k_edges = _with_edge_term(gather(cache.k, src), cache.edge_features)
+        if cache.lipschitz is None:
+            # B5 (of F5)
+            d_raw = d_scores / math.sqrt(channels)
+            d_q = d_k_edges = None
+        else:
+            # B5' (of F5') LipschitzNorm: the quotient and, through D, the norms
+            val_edges = _with_edge_term(gather(cache.val, src), cache.edge_features)
+            d_raw, d_q, d_k_edges, d_val_edges = transformer_lipschitz_scores_backward(
+                cache.lipschitz, d_scores, cache.q, k_edges, val_edges, dst
+            )
+            d_val = d_val + segment_sum(d_val_edges, src)
+            if cache.edge_features is not None:  # val_uv = val_u + ef_uv
+                d_edge_features = _accumulate(d_edge_features, d_val_edges)
+        # B4 (of F4) raw = q_v . k_uv (E, H, C)
+        d_q_edges = d_raw[..., None] * k_edges
+        d_k_edges = _accumulate(d_k_edges, d_raw[..., None] * q_edges)
+        # B3 (of F3) the gathers' adjoints (N, H, C); k_uv = k_u + ef_uv
+        d_q = _accumulate(d_q, segment_sum(d_q_edges, dst))
+        d_k = segment_sum(d_k_edges, src)
+        if cache.edge_features is not None:
+            d_edge_features = _accumulate(d_edge_features, d_k_edges)
+        d_edge_attr = None
+        if self.edge_dim is not None:
+            # B2 (of F2) ef = e W_e^T
+            d_ef = d_edge_features.reshape(-1, heads * channels)  # (E, H*C)
+            d_params["W_e"] = d_ef.T @ cache.edge_attr  # (H*C, edge_dim)
+            d_edge_attr = d_ef @ params["W_e"]  # (E, edge_dim)
+        # B1 (of F1) the three projections and B10's root weight (F, in): x receives them all
+        names, d_ys = ["q", "k", "v"], [d_q, d_k, d_val]  # (N, H, C) each
+        if d_skip is not None:
+            names.append("skip")
+            d_ys.append(d_skip)  # (N, F)
+        d_x = project_backward(params, names, x, d_ys, d_params, self.bias, input_grad)
+        d_params = {name: d_params[name] for name in params}
+        if self.edge_dim is None:
+            return d_x, d_params
+        return (d_x, d_edge_attr), d_params
+
+    # -- inspection ----------------------------------------------------------------------
+    @staticmethod
+    def attention_weights(cache: TransformerConvCache) -> tuple[Any, Any]:
+        """``(edge_index (2, E), alpha (E, H))``: the coefficients per edge and head, before
+        dropout (PyG's ``return_attention_weights``)."""
+        return cache.graph.edge_index_on(get_array_module(cache.alpha)), cache.alpha
+
+    @staticmethod
+    def score_vectors(cache: TransformerConvCache) -> Any:
+        """``(E, H, C)``: the score terms before the sum over a head's channels,
+        ``q_v * k_uv / sqrt(C)`` (or ``/ D_v`` with LipschitzNorm; 0 where ``D_v = 0``).
+
+        Their channel sum is the score (up to rounding; the LipschitzNorm score is
+        also clipped to ``[-1, 1]``, these terms are not). Recomputed from the cache.
+        """
+        xp = get_array_module(cache.q)
+        src, dst = cache.graph.src_segments(xp), cache.graph.dst_segments(xp)
+        terms = gather(cache.q, dst) * _with_edge_term(gather(cache.k, src), cache.edge_features)
+        if cache.lipschitz is None:
+            return terms / math.sqrt(cache.q.shape[2])
+        return terms / gather(cache.lipschitz.denominator, dst)[..., None]
+
+    # -- helpers -------------------------------------------------------------------------
+    def _check_inputs(self, params: dict[str, Any], x: Any, graph: Graph, edge_attr: Any) -> None:
+        check_block_inputs(params, self.param_shapes(), "TransformerConv", x, self.in_channels)
+        check_graph_rows(x, graph)
+        check_optional_input(
+            edge_attr, "edge_attr", "edge_dim", self.edge_dim, graph.num_edges, x, "TransformerConv"
+        )
+
+
+# -- small pieces ---------------------------------------------------------------------------
+def _with_edge_term(node_part: Any, edge_features: Any) -> Any:
+    """``node_part + ef`` per edge (E, H, C), or ``node_part`` without edge features."""
+    return node_part if edge_features is None else node_part + edge_features
+
+
+def _accumulate(total: Any, term: Any) -> Any:
+    """``total + term``, with ``None`` as an empty total."""
+    return term if total is None else total + term

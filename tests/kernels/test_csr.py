@@ -1,0 +1,73 @@
+"""csr_matmul: row blocks on threads give exactly the single product, whatever the split,
+through SciPy's kernel into one output or each block's own product (the fallback)."""
+
+from __future__ import annotations
+
+from unittest import mock
+
+import numpy as np
+import scipy.sparse as sp
+from hypothesis import given
+from hypothesis import strategies as st
+
+from refimpl.kernels import csr
+from refimpl.kernels.csr import csr_matmul, csr_matmul_per_head
+from tests.strategies import seeds
+
+
+@given(
+    seed=seeds(),
+    rows=st.integers(0, 30),
+    columns=st.integers(1, 30),
+    width=st.integers(1, 5),
+    density=st.sampled_from([0.0, 0.1, 0.7]),
+    threads=st.integers(1, 5),
+    dtypes=st.sampled_from([(np.float32,) * 2, (np.float64,) * 2, (np.float32, np.float64)]),
+    kernel=st.booleans(),
+    transposed=st.booleans(),
+)
+def test_threaded_blocks_equal_the_single_product(
+    seed: int,
+    rows: int,
+    columns: int,
+    width: int,
+    density: float,
+    threads: int,
+    dtypes: tuple,
+    kernel: bool,
+    transposed: bool,
+) -> None:
+    rng = np.random.default_rng(seed)
+    matrix = sp.random(rows, columns, density=density, format="csr", rng=rng, dtype=dtypes[0])
+    dense = rng.standard_normal((width, columns) if transposed else (columns, width))
+    dense = dense.astype(dtypes[1])
+    dense = dense.T if transposed else dense  # a strided operand is read as the same values
+    single = matrix @ dense
+    with mock.patch.object(csr, "_csr_matvecs", csr._csr_matvecs if kernel else None):
+        split = csr_matmul(matrix, dense, threads=threads, min_work=0)  # always split
+    assert split.dtype == single.dtype and split.shape == (rows, width)
+    np.testing.assert_array_equal(split, single)  # bitwise: each row is one thread's
+
+
+def test_scipys_kernel_is_found() -> None:
+    """The fast path is taken on the SciPy we depend on (the fallback would hide its loss)."""
+    assert csr._csr_matvecs is not None
+
+
+def test_a_boolean_operand_is_read_as_zero_one() -> None:
+    matrix = sp.csr_matrix(np.array([[0.5, 0.0, 2.0], [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]]))
+    mask = np.array([[True, False], [False, False], [True, True]])
+    expected = matrix.toarray() @ mask.astype(float)
+    np.testing.assert_array_equal(csr_matmul(matrix, mask, threads=2, min_work=0), expected)
+
+
+@given(seed=seeds(), heads=st.integers(1, 3), features=st.sampled_from([(), (4,), (2, 3)]))
+def test_per_head_products_stack_each_heads_product(seed: int, heads: int, features: tuple) -> None:
+    rng = np.random.default_rng(seed)
+    matrices = [sp.random(6, 5, density=0.5, format="csr", rng=rng) for _ in range(heads)]
+    dense = rng.standard_normal((5, heads, *features))
+    out = csr_matmul_per_head(matrices, dense)
+    assert out.shape == (6, heads, *features)
+    for h, matrix in enumerate(matrices):
+        expected = (matrix @ dense[:, h].reshape(5, -1)).reshape((6, *features))
+        np.testing.assert_array_equal(out[:, h], expected)
