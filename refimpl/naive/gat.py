@@ -14,10 +14,14 @@ Jacobian written out. All of it is NumPy on the host, shares no code with
 from __future__ import annotations
 
 import math
+from typing import Any, NamedTuple
 
 import numpy as np
 
 __all__ = [
+    "Attended",
+    "attend",
+    "attend_backward",
     "attended_edges",
     "gat_forward",
     "leaky_relu",
@@ -85,6 +89,70 @@ def softmax_per_target_backward(
             jacobian = np.diag(a) - np.outer(a, a)  # (k, k), symmetric
             d_scores[into_v, head] = jacobian @ d_alpha[into_v, head]
     return d_scores
+
+
+class Attended(NamedTuple):
+    """What :func:`attend` computed, for :func:`attend_backward`."""
+
+    alpha: np.ndarray  # (E, H) F5
+    keep: np.ndarray  # (E, H) F6, keep_uv / (1 - p), or ones without dropout
+    alpha_dropped: np.ndarray  # (E, H) F6
+
+
+def attend(
+    conv: Any,
+    params: dict[str, np.ndarray],
+    scores: np.ndarray,
+    h_src: np.ndarray,
+    edges: np.ndarray,
+    attn_dropout_mask: np.ndarray | None,
+) -> tuple[np.ndarray, Attended]:
+    """F5-F9, the same for both versions (GAT-balance Eq. 1-2): softmax, dropout, the sum
+    over each target's incoming edges, heads and bias. ``scores`` (E, H), ``h_src``
+    (N, H, C) -> ``out`` (N, H*C) or (N, C)."""
+    n, heads, channels = h_src.shape
+    # F5 softmax over each target's incoming edges (E, H)
+    alpha = softmax_per_target(scores, edges, n)
+    # F6 attention dropout (E, H)
+    keep = np.ones_like(alpha)
+    if attn_dropout_mask is not None:
+        keep = attn_dropout_mask / (1.0 - conv.dropout)
+    alpha_dropped = alpha * keep
+    # F7 out_v = sum over incoming edges of alpha_uv W_s h_u (N, H, C)
+    aggregated = np.zeros((n, heads, channels))
+    for e, (u, v) in enumerate(edges):
+        aggregated[v] += alpha_dropped[e][:, None] * h_src[u]
+    # F8 heads, F9 bias
+    out = aggregated.reshape(n, heads * channels) if conv.concat else aggregated.mean(axis=1)
+    if conv.bias:
+        out = out + params["bias"]
+    return out, Attended(alpha, keep, alpha_dropped)
+
+
+def attend_backward(
+    conv: Any, attended: Attended, h_src: np.ndarray, edges: np.ndarray, d_out: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """B9-B5 of :func:`attend`: ``(d_scores (E, H), d_h_src (N, H, C), {"bias"} or {})``."""
+    n, heads, channels = h_src.shape
+    d_params = {}
+    # B9 (of F9) bias
+    if conv.bias:
+        d_params["bias"] = d_out.sum(axis=0)
+    # B8 (of F8) heads (N, H, C)
+    if conv.concat:
+        d_aggregated = d_out.reshape(n, heads, channels)
+    else:
+        d_aggregated = np.repeat(d_out[:, None, :] / heads, heads, axis=1)
+    # B7 (of F7) per edge: into the message W_s h_u and into its coefficient
+    d_h_src = np.zeros_like(h_src)
+    d_alpha_dropped = np.zeros_like(attended.alpha)
+    for e, (u, v) in enumerate(edges):
+        d_h_src[u] += attended.alpha_dropped[e][:, None] * d_aggregated[v]
+        d_alpha_dropped[e] = np.einsum("hc,hc->h", d_aggregated[v], h_src[u])
+    # B6 (of F6) dropout, B5 (of F5) softmax Jacobian per target (E, H)
+    d_alpha = d_alpha_dropped * attended.keep
+    d_scores = softmax_per_target_backward(attended.alpha, d_alpha, edges, n)
+    return d_scores, d_h_src, d_params
 
 
 def _v1_denominator(

@@ -28,11 +28,12 @@ import numpy as np
 
 from refimpl.graph import Graph
 from refimpl.naive.gat import (
+    Attended,
+    attend,
+    attend_backward,
     attended_edges,
     leaky_relu,
     leaky_relu_derivative,
-    softmax_per_target,
-    softmax_per_target_backward,
 )
 from refimpl.naive.lipschitz_norm import (
     LipschitzTwinCache,
@@ -51,9 +52,7 @@ class GATv1Twin(NamedTuple):
     h: np.ndarray  # (N, H, C) F1
     raw: np.ndarray  # (E, H) F2/F3, the LeakyReLU's input
     lipschitz: LipschitzTwinCache | None  # F3
-    alpha: np.ndarray  # (E, H) F5
-    keep: np.ndarray  # (E, H) F6, keep_uv / (1 - p), or ones without dropout
-    alpha_dropped: np.ndarray  # (E, H) F6
+    attended: Attended  # F5-F6: alpha, the dropout keep factors, alpha after dropout
 
 
 def gat_v1_forward(
@@ -86,22 +85,9 @@ def gat_v1_forward(
         )
     # F4 e = LeakyReLU(raw) (E, H)
     scores = leaky_relu(raw, conv.negative_slope)
-    # F5 softmax over each target's incoming edges (E, H)
-    alpha = softmax_per_target(scores, edges, n)
-    # F6 attention dropout (E, H)
-    keep = np.ones_like(alpha)
-    if attn_dropout_mask is not None:
-        keep = attn_dropout_mask / (1.0 - conv.dropout)
-    alpha_dropped = alpha * keep
-    # F7 out_v = sum over incoming edges of alpha_uv W h_u (N, H, C)
-    aggregated = np.zeros((n, heads, channels))
-    for e, (u, v) in enumerate(edges):
-        aggregated[v] += alpha_dropped[e][:, None] * h[u]
-    # F8 heads, F9 bias
-    out = aggregated.reshape(n, heads * channels) if conv.concat else aggregated.mean(axis=1)
-    if conv.bias:
-        out = out + params["bias"]
-    return out, GATv1Twin(x, edges, h, raw, lipschitz, alpha, keep, alpha_dropped)
+    # F5-F9 softmax, dropout, out_v = sum over incoming edges of alpha_uv W h_u, heads, bias
+    out, attended = attend(conv, params, scores, h, edges, attn_dropout_mask)
+    return out, GATv1Twin(x, edges, h, raw, lipschitz, attended)
 
 
 def gat_v1_backward(
@@ -109,26 +95,9 @@ def gat_v1_backward(
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """``(d_x (N, in), d_params keyed like params)`` for the cotangent ``d_out``."""
     x, edges, h = cache.x, cache.edges, cache.h
-    n, heads, channels = x.shape[0], conv.heads, conv.out_channels
-    d_params: dict[str, np.ndarray] = {}
-    # B9 (of F9) bias
-    if conv.bias:
-        d_params["bias"] = d_out.sum(axis=0)
-    # B8 (of F8) heads (N, H, C)
-    if conv.concat:
-        d_aggregated = d_out.reshape(n, heads, channels)
-    else:
-        d_aggregated = np.repeat(d_out[:, None, :] / heads, heads, axis=1)
-    # B7 (of F7) per edge: into the message W h_u and into its coefficient
-    d_h = np.zeros_like(h)
-    d_alpha_dropped = np.zeros_like(cache.alpha)
-    for e, (u, v) in enumerate(edges):
-        d_h[u] += cache.alpha_dropped[e][:, None] * d_aggregated[v]
-        d_alpha_dropped[e] = np.einsum("hc,hc->h", d_aggregated[v], h[u])
-    # B6 (of F6) dropout
-    d_alpha = d_alpha_dropped * cache.keep
-    # B5 (of F5) softmax Jacobian per target
-    d_scores = softmax_per_target_backward(cache.alpha, d_alpha, edges, n)
+    heads, channels = conv.heads, conv.out_channels
+    # B9-B5 (of F9-F5) bias, heads, the sum (into W h_u and alpha), dropout, softmax
+    d_scores, d_h, d_params = attend_backward(conv, cache.attended, h, edges, d_out)
     # B4 (of F4) LeakyReLU (E, H)
     d_raw = d_scores * leaky_relu_derivative(cache.raw, conv.negative_slope)
     # B3 (of F3) LipschitzNorm: the quotient, and its denominator into W h and the att vectors

@@ -29,11 +29,12 @@ import numpy as np
 
 from refimpl.graph import Graph
 from refimpl.naive.gat import (
+    Attended,
+    attend,
+    attend_backward,
     attended_edges,
     leaky_relu,
     leaky_relu_derivative,
-    softmax_per_target,
-    softmax_per_target_backward,
 )
 from refimpl.naive.lipschitz_norm import (
     LipschitzTwinCache,
@@ -53,9 +54,7 @@ class GATv2Twin(NamedTuple):
     pre: np.ndarray  # (E, H, C) F2 x_uv
     hidden: np.ndarray  # (E, H, C) F3 LeakyReLU(x_uv)
     lipschitz: LipschitzTwinCache | None  # F4'
-    alpha: np.ndarray  # (E, H) F5
-    keep: np.ndarray  # (E, H) F6, keep_uv / (1 - p), or ones without dropout
-    alpha_dropped: np.ndarray  # (E, H) F6
+    attended: Attended  # F5-F6: alpha, the dropout keep factors, alpha after dropout
 
 
 def _target_weight(params: dict[str, np.ndarray], conv: Any) -> np.ndarray:
@@ -89,22 +88,9 @@ def gat_v2_forward(
     lipschitz = None
     if conv.lipschitz_norm is not None:
         scores, lipschitz = gat_v2_lipschitz_forward(scores, params["att"], pre, edges)
-    # F5 softmax over each target's incoming edges (E, H)
-    alpha = softmax_per_target(scores, edges, n)
-    # F6 attention dropout (E, H)
-    keep = np.ones_like(alpha)
-    if attn_dropout_mask is not None:
-        keep = attn_dropout_mask / (1.0 - conv.dropout)
-    alpha_dropped = alpha * keep
-    # F7 out_v = sum over incoming edges of alpha_uv W_s h_u (N, H, C)
-    aggregated = np.zeros((n, heads, channels))
-    for e, (u, v) in enumerate(edges):
-        aggregated[v] += alpha_dropped[e][:, None] * h_src[u]
-    # F8 heads, F9 bias
-    out = aggregated.reshape(n, heads * channels) if conv.concat else aggregated.mean(axis=1)
-    if conv.bias:
-        out = out + params["bias"]
-    return out, GATv2Twin(x, edges, h_src, pre, hidden, lipschitz, alpha, keep, alpha_dropped)
+    # F5-F9 softmax, dropout, out_v = sum over incoming edges of alpha_uv W_s h_u, heads, bias
+    out, attended = attend(conv, params, scores, h_src, edges, attn_dropout_mask)
+    return out, GATv2Twin(x, edges, h_src, pre, hidden, lipschitz, attended)
 
 
 def gat_v2_backward(
@@ -112,25 +98,10 @@ def gat_v2_backward(
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """``(d_x (N, in), d_params keyed like params)`` for the cotangent ``d_out``."""
     x, edges, h_src = cache.x, cache.edges, cache.h_src
-    n, heads, channels = x.shape[0], conv.heads, conv.out_channels
-    d_params: dict[str, np.ndarray] = {}
-    # B9 (of F9) bias
-    if conv.bias:
-        d_params["bias"] = d_out.sum(axis=0)
-    # B8 (of F8) heads (N, H, C)
-    if conv.concat:
-        d_aggregated = d_out.reshape(n, heads, channels)
-    else:
-        d_aggregated = np.repeat(d_out[:, None, :] / heads, heads, axis=1)
-    # B7 (of F7) per edge: into the message W_s h_u and into its coefficient
-    d_h_src, d_h_dst = np.zeros_like(h_src), np.zeros_like(h_src)
-    d_alpha_dropped = np.zeros_like(cache.alpha)
-    for e, (u, v) in enumerate(edges):
-        d_h_src[u] += cache.alpha_dropped[e][:, None] * d_aggregated[v]
-        d_alpha_dropped[e] = np.einsum("hc,hc->h", d_aggregated[v], h_src[u])
-    # B6 (of F6) dropout, B5 (of F5) softmax Jacobian per target (E, H)
-    d_alpha = d_alpha_dropped * cache.keep
-    d_scores = softmax_per_target_backward(cache.alpha, d_alpha, edges, n)
+    heads, channels = conv.heads, conv.out_channels
+    # B9-B5 (of F9-F5) bias, heads, the sum (into W_s h_u and alpha), dropout, softmax
+    d_scores, d_h_src, d_params = attend_backward(conv, cache.attended, h_src, edges, d_out)
+    d_h_dst = np.zeros_like(h_src)
     # B4' (of F4') LipschitzNorm: the quotient, and its denominator into x_uv and att
     d_pre = np.zeros_like(cache.pre)
     d_params["att"] = np.zeros_like(params["att"])

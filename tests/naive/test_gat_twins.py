@@ -91,7 +91,7 @@ def run_both(case: Case) -> tuple[dict, dict]:
     edge_index, alpha = conv.attention_weights(cache)
     np.testing.assert_array_equal(edge_index, twin_cache.edges.T)
     actual = {"out": out, "alpha": alpha, "d_x": d_x}
-    expected = {"out": twin_out, "alpha": twin_cache.alpha, "d_x": twin_d_x}
+    expected = {"out": twin_out, "alpha": twin_cache.attended.alpha, "d_x": twin_d_x}
     actual.update({f"d_{k}": v for k, v in d_params.items()})
     expected.update({f"d_{k}": v for k, v in twin_d_params.items()})
     return actual, expected

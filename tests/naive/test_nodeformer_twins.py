@@ -5,9 +5,7 @@ cotangent, on drawn sizes, graphs, flags and noise."""
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -25,7 +23,6 @@ from refimpl.naive.random_features import (
     positive_random_features_forward,
 )
 from refimpl.naive.relational_bias import relational_bias_backward, relational_bias_forward
-from refimpl.nn.nodeformer import kernel_attention
 from refimpl.nn.nodeformer.kernel_attention import KernelizedSoftmax
 from refimpl.nn.nodeformer.random_features import (
     STABILIZERS,
@@ -35,6 +32,7 @@ from refimpl.nn.nodeformer.random_features import (
 from refimpl.nn.nodeformer.relational_bias import RelationalBias
 from refimpl.testing import max_relative_error
 from refimpl.testing.tolerances import TWIN_RTOL
+from tests.nn.nodeformer.test_kernel_attention import make_setup, row_block
 from tests.strategies import graphs, seeds
 
 TAUS = [0.25, 0.5, 1.0, 2.0]
@@ -53,33 +51,15 @@ def assert_twins(actual: dict, expected: dict) -> None:
     assert max(errors.values()) <= TWIN_RTOL, errors
 
 
-@contextlib.contextmanager
-def row_block(size: int) -> Iterator[None]:
-    """Run production's kernelised attention in row blocks of ``size`` (the host default is
-    1024: every drawn N would be one block)."""
-    saved = kernel_attention.ROW_BLOCK
-    kernel_attention.ROW_BLOCK = size
-    try:
-        yield
-    finally:
-        kernel_attention.ROW_BLOCK = saved
-
-
 # -- kernelised (Gumbel-)softmax, Eq. 5-7 ---------------------------------------------------------
 
 
 def kernel_inputs(
     seed: int, n: int, d: int, d_v: int, m: int, samples: int, kind: str, scale: float
 ) -> tuple:
-    """``q, k (N, d)`` of entry size ``scale``, ``v (N, d_v)``, ``omega (m, d)``, Gumbel(0, 1)
-    noise ``(N, K)`` (None for ``samples = 0``) and a cotangent ``d_z (N, d_v)``."""
-    rng = np.random.default_rng(seed)
-    q, k = scale * rng.standard_normal((n, d)), scale * rng.standard_normal((n, d))
-    v = rng.standard_normal((n, d_v))
-    omega = draw_projection(rng, m, d, kind)
-    gumbel = rng.gumbel(size=(n, samples)) if samples else None
-    d_z = rng.standard_normal((n, d_v))
-    return q, k, v, omega, gumbel, d_z
+    """:func:`make_setup`'s ``q, k, v, omega, gumbel`` and a cotangent ``d_z (N, d_v)``."""
+    d_z = np.random.default_rng([seed, 1]).standard_normal((n, d_v))
+    return (*make_setup(seed, n, d, d_v, m, samples, kind, scale), d_z)
 
 
 @st.composite

@@ -13,26 +13,16 @@ features of the edge ``u -> v``, when ``edge_dim`` is set)::
     b_v = sigmoid(w_beta . [m_v, x_r, m_v - x_r]),  out = b x_r + (1 - b) m
 
 Relation to the graph-transformer layer of the massive-activations supplement
-(Eq. 3-13; ``d_k = C``, heads ``i = h``):
-
-* Eq. 3-5: ``Q = H W^Q`` etc. are ``W_q x``, ``W_k x``, ``W_v x`` here; PyG adds
-  the biases ``b_q, b_k, b_v`` (``bias=False`` removes them).
-* Eq. 6-8: the masked softmax ``softmax(Q K^T / sqrt(d_k) + M)`` with ``M_ij = 0``
-  on edges and ``-inf`` elsewhere is the softmax over each target's incoming
-  edges (``segment_softmax``); row ``v`` of ``A`` attends to ``u`` when
-  ``u -> v`` is an edge, and ``head = A V`` is ``m_v``. Eq. 7 also unmasks
-  ``i = j``; PyG's TransformerConv adds no self-loops, so pass
-  ``graph.add_self_loops()`` for that mask. Duplicate edges each get their own
-  coefficient (the dense mask would count them once); a node with no incoming
-  edge aggregates to zero (Eq. 7 never has an empty row).
-* Eq. 9, 11 (``W^O``, residual, LayerNorm) are not part of this layer; PyG's
-  root weight ``W_skip`` (with its ``beta`` gate) is UniMP's own skip.
-* Eq. 12: ``softmax((q_i^T k_j + f(e_ij)) / sqrt(d_k))``. In PyG the edge term is
-  ``f(e_uv) = q_v . W_e e_uv``: bilinear in the query and the edge features, so
-  not a function of ``e_uv`` alone (nor a scalar network of it), and divided by
-  ``sqrt(C)`` with the rest.
-* Eq. 13: ``v_ij = V_i + g(e_ij)`` with ``g = W_e``, the same map that enters
-  the keys (PyG has one ``lin_edge``).
+(Eq. 3-13; ``d_k = C``, heads ``i = h``), whose F1 this layer is
+(:mod:`refimpl.nn.transformer.graph_transformer_layer` says how each equation maps):
+PyG adds the biases ``b_q, b_k, b_v`` to Eq. 3-5 (``bias=False`` removes them); the masked
+softmax of Eq. 6-8 is the softmax over each target's incoming edges, so duplicate edges
+each get their own coefficient (the dense mask would count them once) and a node with no
+incoming edge aggregates to zero (Eq. 7 never has an empty row, and unmasks ``i = j``:
+pass ``graph.add_self_loops()`` for that mask, as PyG adds none); Eq. 12's edge term is
+PyG's bilinear ``q_v . W_e e_uv``, divided by ``sqrt(C)`` with the rest, and Eq. 13's
+``g`` is the same ``W_e``. Eq. 9 and 11 (``W^O``, residual, LayerNorm) are not part of
+this layer; PyG's root weight ``W_skip`` (with its ``beta`` gate) is UniMP's own skip.
 
 LipschitzNorm (``lipschitz_norm="paper"``): LipschitzNorm Eq. 19 per head and
 per target neighbourhood, ``s_uv = q_v . k_uv / D_v`` with
@@ -61,7 +51,10 @@ ours          shape                   PyG ``TransformerConv``
 
 Every bias is absent when ``bias=False``. Without LipschitzNorm ``b_k``'s
 gradient is zero (``q_v . b_k`` shifts all scores of a target equally, and the
-softmax ignores shifts); finite differences and autograd see rounding there.
+softmax ignores shifts), and with it too wherever no target's denominator ``D_v``
+reads its longest key; with one channel per head and LipschitzNorm the query's
+gradients vanish wherever ``D_v`` holds ``||q_v||`` (the score no longer depends on
+the query's length). Finite differences and autograd see rounding there.
 
 Differences from PyG: ``beta=True`` with ``root_weight=False`` is refused (PyG
 silently drops ``beta``); ``edge_attr`` without ``edge_dim`` is refused (PyG
