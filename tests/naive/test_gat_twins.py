@@ -159,6 +159,21 @@ def test_comparison_has_teeth(version: str, name: str) -> None:
     assert max_relative_error(actual[name], expected[name] * (1 + 1e-9)) > TWIN_RTOL
 
 
+@pytest.mark.parametrize(("factor", "passes"), [(10, False), (2, False), (0.5, True), (0.1, True)])
+def test_a_twin_off_around_the_tolerance_fails_above_it_and_passes_below(
+    factor: float, passes: bool
+) -> None:
+    # Guards TWIN_RTOL = 1e-12 itself (mutant: 1e-11 passed every twin test, whose slips are
+    # 1e-9): the pair agrees to a few ulps here, so a twin gradient off by factor x TWIN_RTOL
+    # is judged by the tolerance alone.
+    conv = GATConv(3, 2, heads=2, version="v2", add_self_loops=False)
+    graph = Graph(np.array([[0, 1, 2, 2, 3, 1], [1, 2, 0, 1, 1, 1]]), 4)
+    actual, expected = run_both(make_case(conv, graph, seed=3, dropout=False))
+    assert twin_errors(actual, expected)["d_W_s"] <= 0.01 * TWIN_RTOL  # a few ulps
+    slipped = expected["d_W_s"] * (1 + factor * 1e-12)  # the documented TWIN_RTOL, literally
+    assert (max_relative_error(actual["d_W_s"], slipped) <= TWIN_RTOL) is passes
+
+
 # -- named edge cases ----------------------------------------------------------------------------
 
 # A graph with every edge case at once (add_self_loops=False keeps it as drawn): node 1 hears
