@@ -235,7 +235,10 @@ def balance(params: dict[str, Any], beta: float = 2.0, order: str = "forward") -
        1, each neuron's incoming rows are scaled to its outgoing squared norm.
 
     Directions are kept, only norms change. Joint rows (``W_s`` and ``W_t``, or
-    several heads averaged into one neuron) are scaled by one common factor. A
+    several heads averaged into one neuron) are scaled by one common factor (Thm 6.3:
+    both are incoming weights of the neuron); the released GAT-balance code instead
+    zeroes ``W_t`` for unshared GATv2 and balances ``W_s`` alone, so a port of it
+    agrees with this only where ``W_t`` starts at zero. A
     single-layer network has no hidden neuron: its rows are scaled to ``beta``.
     Returns a new dict on the same backend; ``params`` is not modified.
     Raises ``ValueError`` if a neuron to be rescaled has all-zero weights.

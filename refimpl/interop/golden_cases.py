@@ -254,6 +254,12 @@ CASES: tuple[GoldenCase, ...] = (
     _case("gatconv_v1_lipschitz_reference_code", GATConv, _gat_conv,
           "GATv1 + LipschitzNorm as the authors' code", in_channels=4, out_channels=3,
           heads=2, lipschitz_norm="reference-code"),
+    # The released code mixes heads and nodes when H > 1 (refimpl.nn.lipschitz.
+    # neighbourhood_norm), so only one head is a case its port can reproduce.
+    _case("gatconv_v1_lipschitz_reference_code_one_head", GATConv, _gat_conv,
+          "GATv1 + LipschitzNorm as the authors' code, one head: the case a port of the "
+          "released code (which mixes heads when H > 1) reproduces", in_channels=4,
+          out_channels=3, heads=1, lipschitz_norm="reference-code"),
     _case("gatconv_v1_attention_dropout", GATConv, _gat_conv,
           "GATv1 training with attention dropout, keep-mask given", in_channels=4,
           out_channels=3, heads=2, dropout=0.4),

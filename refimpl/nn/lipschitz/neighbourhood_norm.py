@@ -94,6 +94,12 @@ Conventions of the transformer form:
   receives none. So it agrees with :mod:`refimpl.nn.lipschitz.score_norms`' "zero
   derivative with respect to everything".
 * There is no eps.
+* **The released code differs** (its transformer LipschitzNorm, run on the same
+  weights): it takes one Frobenius norm of the queries over all edges per head,
+  keeps the ``1 / sqrt(C)`` scale and adds ``1e-12`` to the denominator, where
+  Eq. 19 (and this form) has per-target norms, no ``sqrt(C)`` and no eps. Its
+  scores equal these only in special cases (one target, and no ``sqrt(C)``), so
+  compare a port of the released code with its own formula, not with this one.
 """
 
 from __future__ import annotations
