@@ -102,8 +102,9 @@ def test_readme_keeps_the_quick_start_ci_runs() -> None:
 
 
 def test_every_py_block_in_the_docs_is_the_readme_one() -> None:
-    # ```py blocks need torch and are not run here; tests/interop/test_crosscheck.py runs the
-    # README's one. A copy in the docs must be that block, so it is tested too.
+    # ```py blocks need torch and are not run here; tests/interop/test_crosscheck.py and
+    # tests/interop/test_pyg_module.py run the README's. A copy in the docs must be one of
+    # them, so it is tested too.
     readme = set(_blocks(README, "py"))
     for page in PAGES[1:]:
         for block in _blocks(page, "py"):

@@ -62,7 +62,7 @@ from refimpl.testing.gradcheck import as_tuple
 from refimpl.testing.tolerances import FORWARD_RTOL, GRADIENT_RTOL
 from refimpl.validation import check_nonnegative_number
 
-__all__ = ["CrosscheckError", "crosscheck", "layer_from_config"]
+__all__ = ["CrosscheckError", "crosscheck", "crosscheck_arrays", "layer_from_config"]
 
 # outputs, gradients: a few ulps of the data's precision along the layer's chain of sums
 TOLERANCES = {dtype: (FORWARD_RTOL[dtype], GRADIENT_RTOL[dtype]) for dtype in GRADIENT_RTOL}
@@ -137,9 +137,19 @@ def crosscheck(path: str | Path, rtol: float | None = None) -> tuple[Comparison,
     if rtol is not None:
         check_nonnegative_number(rtol, "rtol")
     arrays = read_npz(path, CrosscheckError, "write it with numpy.savez", what="crosscheck file")
+    return crosscheck_arrays(arrays, rtol, source=str(path))
+
+
+def crosscheck_arrays(
+    arrays: dict[str, Any], rtol: float | None = None, source: str = "the arrays"
+) -> tuple[Comparison, list[str]]:
+    """:func:`crosscheck` on the file's entries already in memory (``key -> array``, the
+    ``config`` entry a JSON string); ``source`` names them in error messages."""
+    if rtol is not None:
+        check_nonnegative_number(rtol, "rtol")
     for key in ("config", "input/x", "input/edge_index", "output/out"):
         if key not in arrays:
-            raise CrosscheckError(f"{path} has no {key!r} entry (see refimpl.interop.crosscheck)")
+            raise CrosscheckError(f"{source} has no {key!r} entry (see refimpl.interop.crosscheck)")
     try:
         config = json.loads(str(arrays["config"]))
     except json.JSONDecodeError as err:

@@ -1,0 +1,141 @@
+"""Check a PyTorch Geometric module against refimpl in one call: no export, no file.
+
+:func:`check_pyg_module` takes a PyG ``GATConv``, ``GATv2Conv`` or ``TransformerConv`` and
+its inputs, reads the module's configuration from its attributes, runs a float64 copy of it in
+evaluation mode with torch autograd (``L = sum(c * out)`` for a cotangent ``c``), and hands its
+inputs, parameters (``state_dict()``), output and gradients (``named_parameters()``) to
+:func:`refimpl.interop.crosscheck.crosscheck_arrays`: the same checks, tolerances, notes and
+per-tensor table as ``refimpl crosscheck FILE.npz``, whose format those arrays follow.
+
+The module given is not changed: the run uses a deep copy (``.double().eval()``), so the
+caller's dtype, training mode and gradients stay as they were. A configuration refimpl has no
+counterpart for (PyG's ``edge_dim`` on the GAT layers, ``residual=True``, bipartite
+``in_channels``, non-zero GATv2 projection biases) raises
+:class:`~refimpl.interop.crosscheck.CrosscheckError` saying which. Needs torch and
+torch_geometric (the ``crosscheck`` extra); they are imported when the function is called.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import numpy as np
+
+from refimpl.interop.compare import Comparison
+from refimpl.interop.crosscheck import CrosscheckError, crosscheck_arrays
+
+__all__ = ["check_pyg_module", "pyg_config"]
+
+# PyG's constructor arguments refimpl reads, per class (the rest must keep their defaults).
+_ARGUMENTS = {
+    "GATConv": ("in_channels", "out_channels", "heads", "concat", "negative_slope", "dropout",
+                "add_self_loops", "edge_dim", "residual"),
+    "GATv2Conv": ("in_channels", "out_channels", "heads", "concat", "negative_slope", "dropout",
+                  "add_self_loops", "share_weights", "edge_dim", "residual"),
+    "TransformerConv": ("in_channels", "out_channels", "heads", "concat", "beta", "dropout",
+                        "edge_dim", "root_weight"),
+}  # fmt: skip
+
+
+def pyg_config(module: Any) -> dict[str, Any]:
+    """The crosscheck ``config`` of a PyG module: ``{"framework": "pyg", "layer": NAME,
+    "kwargs": {...}}``, its constructor arguments read from its attributes (``bias`` from
+    whether it has a bias: PyG keeps no ``bias`` flag)."""
+    from torch_geometric import nn as pyg_nn
+
+    name = next(
+        (n for n in _ARGUMENTS if isinstance(module, getattr(pyg_nn, n))),
+        None,
+    )
+    if name is None:
+        raise CrosscheckError(
+            f"{type(module).__name__} is not a PyG layer refimpl checks; supported: "
+            f"{sorted(_ARGUMENTS)}"
+        )
+    kwargs = {key: getattr(module, key) for key in _ARGUMENTS[name]}
+    if not isinstance(kwargs["in_channels"], int):
+        raise CrosscheckError(
+            f"{name} has in_channels={kwargs['in_channels']!r}: bipartite layers "
+            "(x_src, x_dst) have no refimpl counterpart yet"
+        )
+    with_bias = module.lin_key.bias if name == "TransformerConv" else module.bias
+    kwargs["bias"] = with_bias is not None
+    return {"framework": "pyg", "layer": name, "kwargs": kwargs}
+
+
+def check_pyg_module(
+    module: Any,
+    x: Any,
+    edge_index: Any,
+    edge_attr: Any = None,
+    *,
+    cotangent: Any = None,
+    rtol: float | None = None,
+    seed: int = 0,
+) -> tuple[Comparison, list[str]]:
+    """Run ``module`` (PyG, in float64, evaluation mode) and refimpl's matching layer on the
+    same inputs and parameters; compare output and every gradient, tensor by tensor.
+
+    Parameters
+    ----------
+    module : torch_geometric.nn.GATConv, GATv2Conv or TransformerConv
+        Left unchanged (a deep copy runs).
+    x : (N, in_channels) array or tensor
+    edge_index : (2, E) integer array or tensor, row 0 the sources
+    edge_attr : (E, edge_dim) array or tensor, optional
+        For a ``TransformerConv`` with ``edge_dim``.
+    cotangent : array shaped like the output, optional
+        ``c`` of ``L = sum(c * out)``; default a standard normal draw of ``seed``.
+    rtol : float, optional
+        One tolerance for every tensor; default by dtype, as ``refimpl crosscheck``.
+
+    Returns
+    -------
+    comparison : refimpl.interop.compare.Comparison
+        ``.passed``, and ``.table(title)``: the table ``refimpl crosscheck`` prints.
+    notes : list of str
+        Tensors not compared, and why.
+    """
+    import torch
+
+    config = pyg_config(module)
+    reference = copy.deepcopy(module).double().eval()
+    x_t = torch.as_tensor(np.asarray(_host(x), dtype=np.float64)).requires_grad_(True)
+    edge_index_t = torch.as_tensor(np.asarray(_host(edge_index), dtype=np.int64))
+    inputs = [x_t, edge_index_t]
+    if edge_attr is not None:
+        edge_attr_t = torch.as_tensor(np.asarray(_host(edge_attr), dtype=np.float64))
+        inputs.append(edge_attr_t.requires_grad_(True))
+    out = reference(*inputs)
+    if cotangent is None:
+        cotangent = np.random.default_rng(seed).standard_normal(tuple(out.shape))
+    cotangent = np.asarray(_host(cotangent), dtype=np.float64)
+    (out * torch.as_tensor(cotangent)).sum().backward()
+    arrays: dict[str, Any] = {
+        "config": json.dumps(config),
+        "input/x": x_t.detach().numpy(),
+        "input/edge_index": edge_index_t.numpy(),
+        "output/out": out.detach().numpy(),
+        "cotangent": cotangent,
+        "grad/input/x": x_t.grad.numpy(),
+    }
+    if edge_attr is not None:
+        arrays["input/edge_attr"] = inputs[2].detach().numpy()
+        arrays["grad/input/edge_attr"] = inputs[2].grad.numpy()
+    arrays.update({f"param/{k}": v.numpy() for k, v in reference.state_dict().items()})
+    arrays.update(
+        {
+            f"grad/param/{k}": p.grad.numpy()
+            for k, p in reference.named_parameters()
+            if p.grad is not None
+        }
+    )
+    return crosscheck_arrays(arrays, rtol, source=f"PyG {config['layer']}")
+
+
+def _host(value: Any) -> Any:
+    """A torch tensor as a host NumPy array (detached); anything else as it is."""
+    detach = getattr(value, "detach", None)
+    return value.detach().cpu().numpy() if callable(detach) else value
