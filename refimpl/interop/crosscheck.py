@@ -68,11 +68,11 @@ __all__ = ["CrosscheckError", "crosscheck", "crosscheck_arrays", "layer_from_con
 TOLERANCES = {dtype: (FORWARD_RTOL[dtype], GRADIENT_RTOL[dtype]) for dtype in GRADIENT_RTOL}
 _PYG_ARGUMENTS = {
     "GATConv": (
-        "in_channels out_channels heads concat negative_slope dropout add_self_loops bias"
+        "in_channels out_channels heads concat negative_slope dropout add_self_loops bias residual"
     ).split(),
     "GATv2Conv": (
         "in_channels out_channels heads concat negative_slope dropout add_self_loops bias "
-        "share_weights"
+        "share_weights residual"
     ).split(),
     "TransformerConv": (
         "in_channels out_channels heads concat beta dropout edge_dim bias root_weight"
@@ -80,7 +80,7 @@ _PYG_ARGUMENTS = {
 }
 _OURS = {"GATConv": GATConv, "TransformerConv": TransformerConv}
 # PyG arguments with a default we share, accepted only at that value
-_PYG_FIXED = {"edge_dim": None, "residual": False, "fill_value": "mean"}
+_PYG_FIXED = {"edge_dim": None, "fill_value": "mean"}
 
 
 class CrosscheckError(ValueError):

@@ -70,8 +70,9 @@ kept their biases under ``bias=False`` (pyg-team/pytorch_geometric#10163, fixed
 by #10177): ``from_pyg`` accepts them when zero, and ``to_pyg(...,
 pyg_version="2.6")`` writes zeros for them.
 
-Not supported, with a message saying so: GAT edge features (PyG ``edge_dim``:
-``lin_edge``, ``att_edge``), PyG >= 2.6's ``residual=True`` (``res.weight``).
+PyG >= 2.6's ``residual=True`` (``res.weight``) maps to ``GATConv(residual=True)``'s
+``W_res``. Not supported, with a message saying so: GAT edge features (PyG
+``edge_dim``: ``lin_edge``, ``att_edge``).
 
 What the state dict cannot tell
 -------------------------------
@@ -205,7 +206,7 @@ def from_pyg(
         Naming every missing key, every unexpected key and every shape mismatch
         (expected and found, with the configuration that implies the expected shape),
         and parameters refimpl cannot represent (non-zero GATv2 ``lin_l``/``lin_r``
-        biases, different twin weights, GAT edge features, ``residual``).
+        biases, different twin weights, GAT edge features).
     """
     if not isinstance(state_dict, Mapping):
         raise TypeError(

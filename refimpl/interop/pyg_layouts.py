@@ -102,7 +102,11 @@ def _gat_entries(layer: GATConv, layout: str) -> list[Entry]:
     h, c, n_in = layer.heads, layer.out_channels, layer.in_channels
     weight, att = (h * c, n_in), (1, h, c)
     weight_words, att_words = "(heads * out_channels, in_channels)", "(1, heads, out_channels)"
-    bias = [_bias_entry(layer)] if layer.bias else []
+    output = [_bias_entry(layer)] if layer.bias else []  # what acts after the aggregation
+    if layer.residual:  # PyG >= 2.6: res = Linear(in, width, bias=False), after bias
+        width = h * c if layer.concat else c
+        words = "(heads * out_channels or out_channels, in_channels), residual=True"
+        output.append(Entry("res.weight", (width, n_in), words, "param", ("W_res",)))
     if layer.version == "v2":
         lin_r = (
             Entry("lin_r.weight", weight, weight_words, "alias", source="lin_l.weight")
@@ -124,7 +128,7 @@ def _gat_entries(layer: GATConv, layout: str) -> list[Entry]:
                 to_ours=_att_to_ours,
                 to_theirs=_att_to_pyg,
             ),
-            *bias,
+            *output,
             Entry("lin_l.weight", weight, weight_words, "param", ("W_s",)),
             *lin_bias[:1],
             lin_r,
@@ -150,7 +154,7 @@ def _gat_entries(layer: GATConv, layout: str) -> list[Entry]:
                 to_ours=lambda a: (a[0, :, :c], a[0, :, c:]),
                 to_theirs=lambda dst, src: np.concatenate([dst, src], axis=-1)[None],
             ),
-            *bias,
+            *output,
         ]
     src, dst, lin = {
         "lin": ("att_src", "att_dst", "lin"),
@@ -164,7 +168,7 @@ def _gat_entries(layer: GATConv, layout: str) -> list[Entry]:
         Entry(
             dst, att, att_words, "param", ("att_dst",), to_ours=_att_to_ours, to_theirs=_att_to_pyg
         ),
-        *bias,
+        *output,
         Entry(f"{lin}.weight", weight, weight_words, "param", ("W",)),
     ]
     if layout != "lin":  # the target side: the same module under a second name

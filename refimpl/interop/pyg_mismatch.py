@@ -135,10 +135,11 @@ def _hints(layer: GATConv | TransformerConv, missing: set[str], unexpected: set[
             )
         if "res.weight" in unexpected:
             hints.append(
-                "res.weight: the PyG layer has residual=True (a linear skip, PyG >= 2.6), which "
-                "is not part of refimpl's GATConv; compare against residual=False, or add "
-                "x @ res.weight.T to refimpl's output yourself"
+                "res.weight: the PyG layer has residual=True (a linear skip, PyG >= 2.6); "
+                "construct the refimpl layer with residual=True"
             )
+        if "res.weight" in missing:
+            hints.append("no res.weight: the PyG layer has residual=False; construct with it")
         if layer.version == "v1" and unexpected & {"att", "lin_l.bias"}:
             hints.append("this looks like a GATv2Conv state dict: use GATConv(version='v2')")
         if layer.version == "v2" and unexpected & {"att_src", "lin.weight", "lin_src.weight"}:

@@ -9,8 +9,8 @@ per-tensor table as ``refimpl crosscheck FILE.npz``, whose format those arrays f
 
 The module given is not changed: the run uses a deep copy (``.double().eval()``), so the
 caller's dtype, training mode and gradients stay as they were. A configuration refimpl has no
-counterpart for (PyG's ``edge_dim`` on the GAT layers, ``residual=True``, bipartite
-``in_channels``, non-zero GATv2 projection biases) raises
+counterpart for (PyG's ``edge_dim`` on the GAT layers, bipartite ``in_channels``,
+non-zero GATv2 projection biases) raises
 :class:`~refimpl.interop.crosscheck.CrosscheckError` saying which. Needs torch and
 torch_geometric (the ``crosscheck`` extra); they are imported when the function is called.
 """

@@ -106,10 +106,11 @@ def attend(
     h_src: np.ndarray,
     edges: np.ndarray,
     attn_dropout_mask: np.ndarray | None,
+    x: np.ndarray,
 ) -> tuple[np.ndarray, Attended]:
     """F5-F9, the same for both versions (GAT-balance Eq. 1-2): softmax, dropout, the sum
-    over each target's incoming edges, heads and bias. ``scores`` (E, H), ``h_src``
-    (N, H, C) -> ``out`` (N, H*C) or (N, C)."""
+    over each target's incoming edges, heads, PyG's residual ``x W_res^T`` and bias.
+    ``scores`` (E, H), ``h_src`` (N, H, C), ``x`` (N, in) -> ``out`` (N, H*C) or (N, C)."""
     n, heads, channels = h_src.shape
     # F5 softmax over each target's incoming edges (E, H)
     alpha = softmax_per_target(scores, edges, n)
@@ -122,22 +123,36 @@ def attend(
     aggregated = np.zeros((n, heads, channels))
     for e, (u, v) in enumerate(edges):
         aggregated[v] += alpha_dropped[e][:, None] * h_src[u]
-    # F8 heads, F9 bias
+    # F8 heads, F8' residual (PyG's res: a linear skip without bias), F9 bias
     out = aggregated.reshape(n, heads * channels) if conv.concat else aggregated.mean(axis=1)
+    if conv.residual:
+        out = out + np.einsum("of,nf->no", params["W_res"], x)
     if conv.bias:
         out = out + params["bias"]
     return out, Attended(alpha, keep, alpha_dropped)
 
 
 def attend_backward(
-    conv: Any, attended: Attended, h_src: np.ndarray, edges: np.ndarray, d_out: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
-    """B9-B5 of :func:`attend`: ``(d_scores (E, H), d_h_src (N, H, C), {"bias"} or {})``."""
+    conv: Any,
+    params: dict[str, np.ndarray],
+    attended: Attended,
+    h_src: np.ndarray,
+    edges: np.ndarray,
+    x: np.ndarray,
+    d_out: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """B9-B5 of :func:`attend`: ``(d_scores (E, H), d_h_src (N, H, C), d_x (N, in)`` through
+    the residual (zeros without), ``{"bias", "W_res"} or fewer)``."""
     n, heads, channels = h_src.shape
     d_params = {}
     # B9 (of F9) bias
     if conv.bias:
         d_params["bias"] = d_out.sum(axis=0)
+    # B8' (of F8') residual: out_no += W_res[o, f] x[n, f]
+    d_x = np.zeros_like(x)
+    if conv.residual:
+        d_params["W_res"] = np.einsum("no,nf->of", d_out, x)
+        d_x = np.einsum("no,of->nf", d_out, params["W_res"])
     # B8 (of F8) heads (N, H, C)
     if conv.concat:
         d_aggregated = d_out.reshape(n, heads, channels)
@@ -152,7 +167,7 @@ def attend_backward(
     # B6 (of F6) dropout, B5 (of F5) softmax Jacobian per target (E, H)
     d_alpha = d_alpha_dropped * attended.keep
     d_scores = softmax_per_target_backward(attended.alpha, d_alpha, edges, n)
-    return d_scores, d_h_src, d_params
+    return d_scores, d_h_src, d_x, d_params
 
 
 def _v1_denominator(

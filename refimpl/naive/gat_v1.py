@@ -10,7 +10,8 @@ and edge ``e = u -> v`` of the attended graph:
     F5  alpha_uv   = softmax over u in N(v) of e_uv               (E, H), GAT-balance Eq. 2
     F6  (attention dropout) alpha_uv * keep_uv / (1 - p)          (E, H)
     F7  out_v      = sum_{u in N(v)} alpha_uv W h_u               (N, H, C), GAT-balance Eq. 1
-    F8  heads concatenated (N, H*C) or averaged (N, C);  F9  + bias
+    F8  heads concatenated (N, H*C) or averaged (N, C);  F8' + x W_res^T (PyG's residual);
+    F9  + bias
 
 Edges as PyG: with ``add_self_loops`` existing loops are replaced by one per node;
 duplicates are separate edges; a node with no incoming edge outputs the bias. The
@@ -85,8 +86,8 @@ def gat_v1_forward(
         )
     # F4 e = LeakyReLU(raw) (E, H)
     scores = leaky_relu(raw, conv.negative_slope)
-    # F5-F9 softmax, dropout, out_v = sum over incoming edges of alpha_uv W h_u, heads, bias
-    out, attended = attend(conv, params, scores, h, edges, attn_dropout_mask)
+    # F5-F9 softmax, dropout, out_v = sum of alpha_uv W h_u over N(v), heads, residual, bias
+    out, attended = attend(conv, params, scores, h, edges, attn_dropout_mask, x)
     return out, GATv1Twin(x, edges, h, raw, lipschitz, attended)
 
 
@@ -96,8 +97,10 @@ def gat_v1_backward(
     """``(d_x (N, in), d_params keyed like params)`` for the cotangent ``d_out``."""
     x, edges, h = cache.x, cache.edges, cache.h
     heads, channels = conv.heads, conv.out_channels
-    # B9-B5 (of F9-F5) bias, heads, the sum (into W h_u and alpha), dropout, softmax
-    d_scores, d_h, d_params = attend_backward(conv, cache.attended, h, edges, d_out)
+    # B9-B5 (of F9-F5) bias, residual, heads, the sum (into W h_u and alpha), dropout, softmax
+    d_scores, d_h, d_x_skip, d_params = attend_backward(
+        conv, params, cache.attended, h, edges, x, d_out
+    )
     # B4 (of F4) LeakyReLU (E, H)
     d_raw = d_scores * leaky_relu_derivative(cache.raw, conv.negative_slope)
     # B3 (of F3) LipschitzNorm: the quotient, and its denominator into W h and the att vectors
@@ -123,5 +126,5 @@ def gat_v1_backward(
     # B1 (of F1) W h = W x
     w = params["W"].reshape(heads, channels, -1)  # (H, C, in)
     d_params["W"] = np.einsum("nhc,nf->hcf", d_h, x).reshape(heads * channels, -1)
-    d_x = np.einsum("nhc,hcf->nf", d_h, w)
+    d_x = np.einsum("nhc,hcf->nf", d_h, w) + d_x_skip  # and B8' (the residual's share)
     return d_x, {name: d_params[name] for name in params}

@@ -11,7 +11,8 @@ edge ``e = u -> v`` of the attended graph (``W_t = W_s`` with ``share_weights``)
     F5  alpha_uv   = softmax over u in N(v) of e_uv               (E, H)
     F6  (attention dropout) alpha_uv * keep_uv / (1 - p)          (E, H)
     F7  out_v      = sum_{u in N(v)} alpha_uv W_s h_u             (N, H, C), GAT-balance Eq. 1
-    F8  heads concatenated (N, H*C) or averaged (N, C);  F9  + bias
+    F8  heads concatenated (N, H*C) or averaged (N, C);  F8' + x W_res^T (PyG's residual);
+    F9  + bias
 
 Edges as PyG: with ``add_self_loops`` existing loops are replaced by one per node;
 duplicates are separate edges; a node with no incoming edge outputs the bias. The
@@ -88,8 +89,8 @@ def gat_v2_forward(
     lipschitz = None
     if conv.lipschitz_norm is not None:
         scores, lipschitz = gat_v2_lipschitz_forward(scores, params["att"], pre, edges)
-    # F5-F9 softmax, dropout, out_v = sum over incoming edges of alpha_uv W_s h_u, heads, bias
-    out, attended = attend(conv, params, scores, h_src, edges, attn_dropout_mask)
+    # F5-F9 softmax, dropout, out_v = sum of alpha_uv W_s h_u over N(v), heads, residual, bias
+    out, attended = attend(conv, params, scores, h_src, edges, attn_dropout_mask, x)
     return out, GATv2Twin(x, edges, h_src, pre, hidden, lipschitz, attended)
 
 
@@ -99,8 +100,10 @@ def gat_v2_backward(
     """``(d_x (N, in), d_params keyed like params)`` for the cotangent ``d_out``."""
     x, edges, h_src = cache.x, cache.edges, cache.h_src
     heads, channels = conv.heads, conv.out_channels
-    # B9-B5 (of F9-F5) bias, heads, the sum (into W_s h_u and alpha), dropout, softmax
-    d_scores, d_h_src, d_params = attend_backward(conv, cache.attended, h_src, edges, d_out)
+    # B9-B5 (of F9-F5) bias, residual, heads, the sum (into W_s h_u and alpha), dropout, softmax
+    d_scores, d_h_src, d_x_skip, d_params = attend_backward(
+        conv, params, cache.attended, h_src, edges, x, d_out
+    )
     d_h_dst = np.zeros_like(h_src)
     # B4' (of F4') LipschitzNorm: the quotient, and its denominator into x_uv and att
     d_pre = np.zeros_like(cache.pre)
@@ -124,6 +127,7 @@ def gat_v2_backward(
     w_src = params["W_s"].reshape(heads, channels, -1)  # (H, C, in)
     w_dst = _target_weight(params, conv).reshape(heads, channels, -1)
     d_x = np.einsum("nhc,hcf->nf", d_h_src, w_src) + np.einsum("nhc,hcf->nf", d_h_dst, w_dst)
+    d_x = d_x + d_x_skip  # B8' (of F8'): the residual's share
     if conv.share_weights:
         d_params["W_s"] = d_w_src + d_w_dst
     else:

@@ -147,7 +147,7 @@ def test_float32_files_are_judged_at_float32_tolerances(setup, tmp_path) -> None
                                 "in_channels": 4,
                                 "out_channels": 3,
                                 "heads": 2,
-                                "residual": True,
+                                "edge_dim": 2,
                             },
                         }
                     )

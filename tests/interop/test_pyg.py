@@ -353,7 +353,7 @@ def test_different_shared_weights_are_refused() -> None:
     assert "bipartite" in error_of(v1, old)
 
 
-def test_gat_edge_features_and_residual_are_refused() -> None:
+def test_gat_edge_features_are_refused_and_a_residual_asks_for_residual_true() -> None:
     layer = GATConv(3, 2, heads=2)
     state_dict = to_pyg(layer, random_params(layer, 14))
     state_dict |= {

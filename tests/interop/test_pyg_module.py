@@ -58,6 +58,11 @@ MODULES = {
     ),
     "GATv2Conv": lambda: pyg_nn.GATv2Conv(4, 3, heads=2),
     "GATv2Conv shared": lambda: pyg_nn.GATv2Conv(4, 3, heads=3, share_weights=True, bias=False),
+    # residual=True (PyG >= 2.6): a linear skip before the bias, here W_res
+    "GATConv residual": lambda: pyg_nn.GATConv(4, 3, heads=2, residual=True),
+    "GATv2Conv residual, mean": lambda: pyg_nn.GATv2Conv(
+        4, 3, heads=2, residual=True, concat=False
+    ),
     "TransformerConv": lambda: pyg_nn.TransformerConv(4, 3, heads=2),
     "TransformerConv edges, beta": lambda: pyg_nn.TransformerConv(
         4, 3, heads=2, edge_dim=2, beta=True, concat=False
@@ -140,7 +145,6 @@ def test_an_output_off_by_one_part_in_a_million_fails() -> None:
     ("build", "message"),
     [
         (lambda: pyg_nn.GATConv(4, 3, edge_dim=2), "edge_dim=2"),
-        (lambda: pyg_nn.GATv2Conv(4, 3, residual=True), "residual=True"),
         (lambda: pyg_nn.GATConv((4, 5), 3), "bipartite"),
         (lambda: torch.nn.Linear(4, 3), "not a PyG layer refimpl checks"),
     ],

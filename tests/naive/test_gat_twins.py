@@ -144,6 +144,21 @@ def test_matches_the_twin(version: str, lipschitz_norm: str | None, data: st.Dat
     assert max_relative_error(loop_alpha, expected["alpha"]) <= TWIN_RTOL
 
 
+@pytest.mark.parametrize("version", ["v1", "v2"])
+@given(data=st.data(), seed=seeds())
+def test_residual_matches_the_twin(version: str, data: st.DataObject, seed: int) -> None:
+    # PyG's residual=True (issue 22): x W_res^T added before the bias; W_res's gradient and
+    # x's second path compared with the twin's F8' / B8'.
+    case = data.draw(cases(version, None))
+    conv = replace(case.conv, residual=True)
+    w_res = np.random.default_rng(seed).standard_normal(conv.param_shapes()["W_res"])
+    params = {name: case.params.get(name, w_res) for name in conv.param_shapes()}
+    actual, expected = run_both(case._replace(conv=conv, params=params))
+    assume(not cancelled(actual, expected))
+    errors = twin_errors(actual, expected)
+    assert "d_W_res" in errors and max(errors.values()) <= TWIN_RTOL, errors
+
+
 @pytest.mark.parametrize(
     ("version", "name"),
     [("v1", name) for name in ("out", "alpha", "d_x", "d_W", "d_att_src", "d_att_dst", "d_bias")]

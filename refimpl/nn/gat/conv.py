@@ -9,8 +9,9 @@ that the model applies between layers):
     v1: e_uv = LeakyReLU(att_src . W h_u + att_dst . W h_v)         (W_s = W_t = W)
     v2: e_uv = att . LeakyReLU(W_s h_u + W_t h_v)                   (GAT-balance Eq. 2)
 
-Heads are concatenated (``concat=True``) or averaged; the bias is added after
-aggregation; attention dropout acts on ``alpha`` in training.
+Heads are concatenated (``concat=True``) or averaged; with ``residual=True`` the input's
+projection ``x_v W_res^T`` is added (PyG's ``residual``: a linear skip without bias, from
+PyG 2.6), then the bias; attention dropout acts on ``alpha`` in training.
 
 Parameters (rows of every ``W`` are the weights *incoming* to an output neuron,
 as in the papers), with PyTorch Geometric's names:
@@ -24,6 +25,7 @@ v1 ``W``   ``(heads*out, in)``        ``GATConv.lin.weight`` (``lin_src`` before
 v2 ``W_s`` ``(heads*out, in)``        ``GATv2Conv.lin_l.weight`` (source, "j")
 v2 ``W_t`` ``(heads*out, in)``        ``GATv2Conv.lin_r.weight``; absent if shared
 v2 ``att`` ``(heads, out)``           ``GATv2Conv.att`` ``(1, heads, out)``
+``W_res``  ``(heads*out, in)`` / ``(out, in)``  ``res.weight``; with ``residual=True``
 ``bias``   ``(heads*out,)`` / ``(out,)``  ``bias``; absent when ``bias=False``
 =========  =========================  =============================================
 
@@ -93,6 +95,7 @@ class GATConv:
     bias: bool = True  # PyG default
     dropout: float = 0.0  # attention dropout probability (PyG's `dropout`)
     lipschitz_norm: str | None = None  # None | "paper" | "reference-code" (lipschitz_norm.py)
+    residual: bool = False  # PyG's residual: + x W_res^T before the bias (no bias of its own)
 
     def __post_init__(self) -> None:
         for name in ("in_channels", "out_channels", "heads"):
@@ -134,6 +137,8 @@ class GATConv:
             if not self.share_weights:
                 shapes["W_t"] = (hc, self.in_channels)
             shapes["att"] = (h, c)
+        if self.residual:
+            shapes["W_res"] = (hc if self.concat else c, self.in_channels)
         if self.bias:
             shapes["bias"] = (hc,) if self.concat else (c,)
         return shapes
@@ -235,6 +240,9 @@ class GATConv:
             out = aggregated.reshape(num_nodes, heads * channels)  # (N, H*C)
         else:
             out = aggregated.mean(axis=1)  # (N, C)
+        # F8' residual: the input's projection x W_res^T (N, H*C) or (N, C), as PyG adds it
+        if self.residual:
+            out = out + x @ params["W_res"].T
         # F9 bias
         if self.bias:
             out = out + params["bias"]
@@ -262,6 +270,9 @@ class GATConv:
         # B9 (of F9) bias
         if self.bias:
             d_params["bias"] = d_out.sum(axis=0)
+        # B8' (of F8') residual: W_res's gradient here, x's at B1
+        if self.residual:
+            d_params["W_res"] = d_out.T @ x
         # B8 (of F8) heads: reshape back, or share the mean's gradient equally
         if self.concat:
             d_aggregated = d_out.reshape(num_nodes, heads, channels)
@@ -303,6 +314,8 @@ class GATConv:
             d_params["W_t"] = d_h_dst.T @ x
             if input_grad:
                 d_x = d_h_src @ params["W_s"] + d_h_dst @ params["W_t"]
+        if self.residual and input_grad:
+            d_x = d_x + d_out @ params["W_res"]  # B8' (of F8'): the skip's share of d_x
         return d_x, {name: d_params[name] for name in params}
 
     # -- inspection ----------------------------------------------------------------------

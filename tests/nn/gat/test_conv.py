@@ -98,6 +98,34 @@ def test_backward_matches_central_differences(setup: tuple) -> None:
     assert report.max_rel_error <= GRADCHECK_RTOL, report.table()
 
 
+@given(setup=setups(), seed=seeds())
+def test_residual_backward_matches_central_differences(setup: tuple, seed: int) -> None:
+    # PyG's residual=True (issue 22): out + x W_res^T before the bias; W_res and x's second
+    # path both receive gradient.
+    conv, params, x, graph, kwargs = setup
+    conv = replace(conv, residual=True)
+    w_res = np.random.default_rng(seed).standard_normal(conv.param_shapes()["W_res"])
+    params = {name: params.get(name, w_res) for name in conv.param_shapes()}
+    _, cache = conv.forward(params, x, graph, **kwargs)
+    assume(kink_distance(cache) > 1e-4)
+    report = check_gradients(conv, params, (x, graph), forward_kwargs=kwargs, max_entries=None)
+    assert report.max_rel_error <= GRADCHECK_RTOL, report.table()
+
+
+@pytest.mark.parametrize("concat", [True, False])
+def test_residual_adds_the_inputs_projection_before_the_bias(concat: bool) -> None:
+    graph = Graph(np.array([[0, 1, 2, 2], [1, 2, 0, 1]]), 3)
+    plain = GATConv(3, 2, heads=2, concat=concat)
+    skip = replace(plain, residual=True)
+    assert skip.param_shapes()["W_res"] == ((4 if concat else 2), 3)  # PyG's res.weight
+    rng = np.random.default_rng(4)
+    params = skip.init_params(rng)
+    x = rng.standard_normal((3, 3))
+    with_skip, _ = skip.forward(params, x, graph)
+    without, _ = plain.forward({k: v for k, v in params.items() if k != "W_res"}, x, graph)
+    np.testing.assert_allclose(with_skip, without + x @ params["W_res"].T, rtol=RTOL64, atol=0)
+
+
 def test_gradient_check_catches_a_wrong_backward() -> None:
     # The check must be able to fail: break the attention gradient and watch it.
     graph = Graph(np.array([[0, 1, 2, 2], [1, 2, 0, 1]]), 3)
