@@ -26,8 +26,8 @@ generators) take ``backend=``; functions that receive arrays (every
 ``forward``/``backward``) run on the backend of their inputs.
 
 The graph aggregation primitives (``segment_sum``, ``segment_max``,
-``segment_softmax``, ``gather``, ``scatter_add``) are defined in
-:mod:`refimpl.kernels.segment` and re-exported here.
+``segment_softmax``, ``gather``, ``scatter_add``) are in :mod:`refimpl.kernels.segment`,
+the floor above this one.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -186,21 +186,3 @@ def to_numpy(array: Any) -> np.ndarray:
     if owner is None or owner == "numpy":
         return np.asarray(array)
     return _load(owner).asnumpy(array)
-
-
-_SEGMENT_EXPORTS = (
-    "Segments",
-    "gather",
-    "scatter_add",
-    "segment_max",
-    "segment_softmax",
-    "segment_sum",
-)
-
-
-def __getattr__(name: str) -> Callable[..., Any]:
-    # The primitives live in refimpl.kernels.segment (which imports this module), so
-    # they are re-exported lazily to keep the import graph acyclic.
-    if name in _SEGMENT_EXPORTS:
-        return getattr(importlib.import_module("refimpl.kernels.segment"), name)
-    raise AttributeError(f"module 'refimpl.backend' has no attribute {name!r}")
