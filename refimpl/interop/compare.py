@@ -43,7 +43,7 @@ import numpy as np
 
 from refimpl.backend import to_numpy
 
-__all__ = ["Comparison", "TensorComparison", "compare_tensors"]
+__all__ = ["Comparison", "TensorComparison", "compare_tensors", "host_array"]
 
 
 @dataclass(frozen=True)
@@ -160,6 +160,14 @@ def compare_tensors(
     return result
 
 
+def host_array(value: Any) -> np.ndarray:
+    """A NumPy array (a view where it can be) of a NumPy/CuPy array, a torch tensor (detached,
+    on the host, without importing torch) or anything ``np.asarray`` takes."""
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch.Tensor / Parameter
+        value = value.detach().cpu().numpy()
+    return to_numpy(value)
+
+
 def _host(value: Any) -> np.ndarray:
     """A float64 host copy (exact for float32 and float64 input)."""
-    return np.asarray(to_numpy(value), dtype=np.float64)
+    return np.asarray(host_array(value), dtype=np.float64)

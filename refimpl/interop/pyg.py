@@ -98,6 +98,7 @@ from typing import Any
 import numpy as np
 
 from refimpl.backend import asarray, to_numpy
+from refimpl.interop.compare import host_array
 from refimpl.interop.pyg_layouts import (
     NEWEST,
     detect_gat_v1_layout,
@@ -269,11 +270,8 @@ def _normalise_prefix(prefix: str) -> str:
 
 
 def _host_copy(value: Any, key: str) -> np.ndarray:
-    """A new NumPy array from a NumPy/CuPy array, a torch tensor (without importing torch)
-    or anything ``np.asarray`` takes."""
-    if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch.Tensor / Parameter
-        value = value.detach().cpu().numpy()
-    array = np.array(to_numpy(value), copy=True)
+    """A new NumPy array from anything :func:`~refimpl.interop.compare.host_array` takes."""
+    array = np.array(host_array(value), copy=True)
     if array.dtype.kind != "f":
         raise TypeError(
             f"state_dict[{key!r}] has dtype {array.dtype}; parameters must be floating-point "

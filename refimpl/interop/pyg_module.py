@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from refimpl.interop.compare import Comparison
+from refimpl.interop.compare import Comparison, host_array
 from refimpl.interop.crosscheck import CrosscheckError, crosscheck_arrays
 
 __all__ = ["check_pyg_module", "pyg_config"]
@@ -102,16 +102,16 @@ def check_pyg_module(
 
     config = pyg_config(module)
     reference = copy.deepcopy(module).double().eval()
-    x_t = torch.as_tensor(np.asarray(_host(x), dtype=np.float64)).requires_grad_(True)
-    edge_index_t = torch.as_tensor(np.asarray(_host(edge_index), dtype=np.int64))
+    x_t = torch.as_tensor(np.asarray(host_array(x), dtype=np.float64)).requires_grad_(True)
+    edge_index_t = torch.as_tensor(np.asarray(host_array(edge_index), dtype=np.int64))
     inputs = [x_t, edge_index_t]
     if edge_attr is not None:
-        edge_attr_t = torch.as_tensor(np.asarray(_host(edge_attr), dtype=np.float64))
+        edge_attr_t = torch.as_tensor(np.asarray(host_array(edge_attr), dtype=np.float64))
         inputs.append(edge_attr_t.requires_grad_(True))
     out = reference(*inputs)
     if cotangent is None:
         cotangent = np.random.default_rng(seed).standard_normal(tuple(out.shape))
-    cotangent = np.asarray(_host(cotangent), dtype=np.float64)
+    cotangent = np.asarray(host_array(cotangent), dtype=np.float64)
     (out * torch.as_tensor(cotangent)).sum().backward()
     arrays: dict[str, Any] = {
         "config": json.dumps(config),
@@ -133,9 +133,3 @@ def check_pyg_module(
         }
     )
     return crosscheck_arrays(arrays, rtol, source=f"PyG {config['layer']}")
-
-
-def _host(value: Any) -> Any:
-    """A torch tensor as a host NumPy array (detached); anything else as it is."""
-    detach = getattr(value, "detach", None)
-    return value.detach().cpu().numpy() if callable(detach) else value
