@@ -6,9 +6,10 @@ the equations (GAT-balance Eq. 1-2; Velickovic et al. 2018 for v1) one target at
 a time. The literal forward/backward twins live one per variant beside it
 (:mod:`refimpl.naive.gat_v1`, :mod:`refimpl.naive.gat_v2`) and read the small
 helpers below: the edges attended (self-loops as PyG adds them), LeakyReLU and
-its derivative, and the softmax over each target's incoming edges with its
-Jacobian written out. All of it is NumPy on the host, shares no code with
-``refimpl.nn.gat.conv`` beyond the parameter names, and is never clever.
+its derivative, and the aggregation both versions share (softmax over each target's
+incoming edges, with its Jacobian written out, from :mod:`refimpl.naive.segment`). All of
+it is NumPy on the host, shares no code with ``refimpl.nn.gat.conv`` beyond the parameter
+names, and is never clever.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from refimpl.naive.segment import segment_softmax, segment_softmax_backward
+
 __all__ = [
     "Attended",
     "attend",
@@ -26,8 +29,6 @@ __all__ = [
     "gat_forward",
     "leaky_relu",
     "leaky_relu_derivative",
-    "softmax_per_target",
-    "softmax_per_target_backward",
 ]
 
 
@@ -57,40 +58,6 @@ def leaky_relu_derivative(pre: np.ndarray, slope: float) -> np.ndarray:
     return np.where(pre > 0, 1.0, slope)
 
 
-def softmax_per_target(scores: np.ndarray, edges: np.ndarray, num_nodes: int) -> np.ndarray:
-    """``alpha_uv = exp(e_uv) / sum_{k in N(v)} exp(e_kv)`` per head (GAT-balance Eq. 2).
-
-    ``scores`` (E, H) -> alpha (E, H); a target's maximum is subtracted first (the
-    textbook stable form). A node with no incoming edge has no coefficient.
-    """
-    alpha = np.zeros_like(scores)
-    for v in range(num_nodes):
-        into_v = np.flatnonzero(edges[:, 1] == v)  # its incoming edges, in edge order
-        if into_v.size == 0:
-            continue
-        shifted = scores[into_v] - scores[into_v].max(axis=0)  # (k, H)
-        alpha[into_v] = np.exp(shifted) / np.exp(shifted).sum(axis=0)
-    return alpha
-
-
-def softmax_per_target_backward(
-    alpha: np.ndarray, d_alpha: np.ndarray, edges: np.ndarray, num_nodes: int
-) -> np.ndarray:
-    """Adjoint of :func:`softmax_per_target` through its Jacobian, written out per target.
-
-    For target ``v`` and head ``h`` with coefficients ``a = alpha[N(v), h]`` (k,),
-    ``J[i, j] = d a_j / d e_i = a_j (delta_ij - a_i)`` (k, k), ``d e = J @ d a``.
-    """
-    d_scores = np.zeros_like(alpha)
-    for v in range(num_nodes):
-        into_v = np.flatnonzero(edges[:, 1] == v)
-        for head in range(alpha.shape[1]):
-            a = alpha[into_v, head]  # (k,)
-            jacobian = np.diag(a) - np.outer(a, a)  # (k, k), symmetric
-            d_scores[into_v, head] = jacobian @ d_alpha[into_v, head]
-    return d_scores
-
-
 class Attended(NamedTuple):
     """What :func:`attend` computed, for :func:`attend_backward`."""
 
@@ -113,7 +80,7 @@ def attend(
     ``scores`` (E, H), ``h_src`` (N, H, C), ``x`` (N, in) -> ``out`` (N, H*C) or (N, C)."""
     n, heads, channels = h_src.shape
     # F5 softmax over each target's incoming edges (E, H)
-    alpha = softmax_per_target(scores, edges, n)
+    alpha = segment_softmax(scores, edges[:, 1], n)
     # F6 attention dropout (E, H)
     keep = np.ones_like(alpha)
     if attn_dropout_mask is not None:
@@ -166,7 +133,7 @@ def attend_backward(
         d_alpha_dropped[e] = np.einsum("hc,hc->h", d_aggregated[v], h_src[u])
     # B6 (of F6) dropout, B5 (of F5) softmax Jacobian per target (E, H)
     d_alpha = d_alpha_dropped * attended.keep
-    d_scores = softmax_per_target_backward(attended.alpha, d_alpha, edges, n)
+    d_scores = segment_softmax_backward(attended.alpha, d_alpha, edges[:, 1], n)
     return d_scores, d_h_src, d_x, d_params
 
 

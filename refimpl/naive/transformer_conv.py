@@ -42,6 +42,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from refimpl.naive.segment import segment_softmax, segment_softmax_backward
+
 __all__ = [
     "Steps",
     "transformer_conv_backward",
@@ -121,17 +123,6 @@ def _lipschitz_divisor(
     return divisor, choices
 
 
-def _softmax_per_target(scores: np.ndarray, dst: np.ndarray, n: int) -> np.ndarray:
-    """F6 softmax over each target's incoming edges, per head (E, H); max-shifted."""
-    alpha = np.zeros_like(scores)
-    for v in range(n):
-        incoming = _incoming(dst, v)
-        if incoming:
-            exponentials = np.exp(scores[incoming] - scores[incoming].max(axis=0))  # (k, H)
-            alpha[incoming] = exponentials / exponentials.sum(axis=0)
-    return alpha
-
-
 def _forward_steps(
     conv: Any,
     params: dict[str, np.ndarray],
@@ -161,7 +152,7 @@ def _forward_steps(
         divisor = np.full((n, heads), math.sqrt(channels))
         scores = raw / divisor[dst]
     # F6 softmax per target (E, H)
-    alpha = _softmax_per_target(scores, dst, n)
+    alpha = segment_softmax(scores, dst, n)  # F6 (E, H), per target (refimpl.naive.segment)
     # F7 attention dropout, inverted scaling (E, H)
     keep = np.ones_like(alpha) if attn_keep is None else attn_keep / (1.0 - conv.dropout)
     alpha_dropped = alpha * keep
@@ -262,20 +253,6 @@ def _lipschitz_backward(
     return d_q, d_k_edges, d_val_edges
 
 
-def _softmax_backward_per_target(
-    alpha: np.ndarray, d_alpha: np.ndarray, dst: np.ndarray, n: int
-) -> np.ndarray:
-    """B6 (of F6): ``d_s = J^T d_alpha`` per target and head, ``J = diag(a) - a a^T``."""
-    d_scores = np.zeros_like(alpha)
-    for v in range(n):
-        incoming = _incoming(dst, v)
-        for h in range(alpha.shape[1] if incoming else 0):
-            a = alpha[incoming, h]  # (k,)
-            jacobian = np.diag(a) - np.outer(a, a)  # (k, k): d alpha_i / d s_j
-            d_scores[incoming, h] = jacobian.T @ d_alpha[incoming, h]
-    return d_scores
-
-
 def transformer_conv_backward(
     conv: Any,
     params: dict[str, np.ndarray],
@@ -307,7 +284,7 @@ def transformer_conv_backward(
     d_alpha_dropped = np.einsum("ehc,ehc->eh", d_aggregated[st.dst], st.val_edges)
     d_val_edges = st.alpha_dropped[..., None] * d_aggregated[st.dst]
     # B7 (of F7), B6 (of F6) (E, H)
-    d_scores = _softmax_backward_per_target(st.alpha, d_alpha_dropped * st.keep, st.dst, n)
+    d_scores = segment_softmax_backward(st.alpha, d_alpha_dropped * st.keep, st.dst, n)
     # B5 (of F5 / F5') the quotient by the divisor (E, H); with F5', also through D_v
     d_raw = d_scores / st.divisor[st.dst]
     d_q, d_k_edges = np.zeros_like(st.q), np.zeros_like(st.k_edges)
