@@ -29,6 +29,7 @@ import numpy as np
 
 __all__ = [
     "dense_masked_softmax",
+    "items_of",
     "segment_max",
     "segment_max_backward",
     "segment_softmax",
@@ -41,7 +42,7 @@ __all__ = [
 ]
 
 
-def _items_of(index: np.ndarray, segment: int) -> list[int]:
+def items_of(index: np.ndarray, segment: int) -> list[int]:
     """Item ids of one segment, in increasing order (a full scan, on purpose)."""
     return [e for e in range(len(index)) if int(index[e]) == segment]
 
@@ -59,7 +60,7 @@ def segment_sum(
     dtype = values.dtype if weights is None else weights.dtype
     out = np.zeros((num_segments, *feature_shape), dtype=dtype)
     for n in range(num_segments):
-        items = _items_of(index, n)
+        items = items_of(index, n)
         for f in np.ndindex(*feature_shape):
             total = 0.0
             for e in items:
@@ -135,7 +136,7 @@ def segment_max(
     maxima = np.zeros((num_segments, *feature_shape), dtype=values.dtype)
     argmax = np.full((num_segments, *feature_shape), -1, dtype=np.int64)
     for n in range(num_segments):
-        items = _items_of(index, n)
+        items = items_of(index, n)
         for f in np.ndindex(*feature_shape):
             best_item, best_value = -1, 0.0
             for e in items:
@@ -172,7 +173,7 @@ def segment_softmax(scores: np.ndarray, index: np.ndarray, num_segments: int) ->
     feature_shape = scores.shape[1:]
     alpha = np.zeros(scores.shape, dtype=scores.dtype)
     for n in range(num_segments):
-        items = _items_of(index, n)
+        items = items_of(index, n)
         for f in np.ndindex(*feature_shape):
             segment_scores = [float(scores[(e, *f)]) for e in items]
             if not segment_scores:
@@ -195,7 +196,7 @@ def segment_softmax_backward(
     """
     d_scores = np.zeros(alpha.shape, dtype=alpha.dtype)
     for n in range(num_segments):
-        items = _items_of(index, n)
+        items = items_of(index, n)
         for f in np.ndindex(*alpha.shape[1:]):
             a = [float(alpha[(e, *f)]) for e in items]
             jacobian = [

@@ -42,7 +42,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from refimpl.naive.segment import segment_softmax, segment_softmax_backward
+from refimpl.naive.segment import items_of, segment_softmax, segment_softmax_backward
 
 __all__ = [
     "Steps",
@@ -91,11 +91,6 @@ def _linear_backward(
     return np.einsum("no,oi->ni", d_y, params[f"W_{name}"])  # (N, in)
 
 
-def _incoming(dst: np.ndarray, v: int) -> list[int]:
-    """The edges into ``v``, in increasing order (a full scan, on purpose)."""
-    return [e for e in range(len(dst)) if dst[e] == v]
-
-
 def _lipschitz_divisor(
     q: np.ndarray, k_edges: np.ndarray, val_edges: np.ndarray, dst: np.ndarray
 ) -> tuple[np.ndarray, dict]:
@@ -107,7 +102,7 @@ def _lipschitz_divisor(
     n, heads = q.shape[:2]
     divisor, choices = np.ones((n, heads)), {}
     for v in range(n):
-        incoming = _incoming(dst, v)
+        incoming = items_of(dst, v)
         for h in range(heads if incoming else 0):
             u = float(np.linalg.norm(q[v, h]))
             # Python's max keeps the first maximal item: the lowest edge index at a tie
@@ -239,7 +234,7 @@ def _lipschitz_backward(
     for (v, h), (u, a, w, branch, key_edge, value_edge) in steps.lipschitz.items():
         d = steps.divisor[v, h]
         # s_e = raw_e / D: ds_e/dD = -raw_e / D^2 (the clip as the identity)
-        d_d = -sum(d_scores[e, h] * steps.raw[e, h] for e in _incoming(steps.dst, v)) / d**2
+        d_d = -sum(d_scores[e, h] * steps.raw[e, h] for e in items_of(steps.dst, v)) / d**2
         # D is the chosen product only (0: ua, 1: uw, 2: aw), d(xy) = y dx + x dy
         by_branch = [(d_d * a, d_d * u, 0.0), (d_d * w, 0.0, d_d * u), (0.0, d_d * w, d_d * a)]
         d_u, d_a, d_w = by_branch[branch]
