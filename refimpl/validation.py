@@ -201,6 +201,11 @@ def check_optional_input(
     """An input a block takes exactly when configured for it (``edge_attr`` with ``edge_dim``,
     ``pe`` with ``pe_dim``): absent when ``width`` is None, else a finite ``(rows, width)``
     array on ``x``'s backend with ``x``'s dtype."""
+    if value is not None and not is_array(value):
+        raise TypeError(
+            f"{name} must be an array or None, got {type(value).__name__}; {owner}.forward "
+            f"takes (params, x, graph, {name}), the rest (training, rng, ...) by keyword"
+        )
     if width is None:
         if value is not None:
             raise ValueError(

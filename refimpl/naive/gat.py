@@ -19,16 +19,22 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from refimpl.graph import Graph
+from refimpl.naive.loop_fill import loop_fill_backward, loop_fill_forward
 from refimpl.naive.segment import segment_softmax, segment_softmax_backward
 
 __all__ = [
     "Attended",
+    "EdgeFeatures",
     "attend",
     "attend_backward",
     "attended_edges",
+    "edge_features",
+    "edge_features_backward",
     "gat_forward",
     "leaky_relu",
     "leaky_relu_derivative",
+    "project",
 ]
 
 
@@ -46,6 +52,60 @@ def attended_edges(edge_index: np.ndarray, num_nodes: int, add_self_loops: bool)
     if add_self_loops:
         edges = [(u, v) for u, v in edges if u != v] + [(v, v) for v in range(num_nodes)]
     return np.array(edges, dtype=np.int64).reshape(-1, 2)
+
+
+def project(
+    params: dict[str, np.ndarray], weight: str, bias: str, x: np.ndarray, heads: int
+) -> np.ndarray:
+    """``W x_k (+ b)`` per node ``(N, H, C)``: ``b`` where ``params`` has it (GATv2's
+    projection biases, PyG's ``lin_l.bias`` / ``lin_r.bias``)."""
+    w = params[weight].reshape(heads, -1, x.shape[1])  # (H, C, in)
+    h = np.einsum("hcf,nf->nhc", w, x)
+    if bias in params:
+        h = h + params[bias].reshape(heads, -1)
+    return h
+
+
+class EdgeFeatures(NamedTuple):
+    """The edge features over the attended edges and their projection."""
+
+    attended: np.ndarray  # (E, D) one row per attended edge, the added loops' filled
+    h_edge: np.ndarray  # (E, H, C) W_e a_e
+
+
+def edge_features(
+    conv: Any, params: dict[str, np.ndarray], edge_attr: np.ndarray, graph: Graph
+) -> EdgeFeatures:
+    """F1': the features of every attended edge (:mod:`refimpl.naive.loop_fill` for the
+    added loops) and ``W_e a_e`` per edge and head."""
+    attended = edge_attr
+    if conv.add_self_loops:
+        attended = loop_fill_forward(edge_attr, graph.edge_index, graph.num_nodes, conv.fill_value)
+    w_e = params["W_e"].reshape(conv.heads, conv.out_channels, -1)  # (H, C, D)
+    return EdgeFeatures(attended, np.einsum("hcd,ed->ehc", w_e, attended))
+
+
+def edge_features_backward(
+    conv: Any,
+    params: dict[str, np.ndarray],
+    features: EdgeFeatures,
+    edge_attr: np.ndarray,
+    graph: Graph,
+    d_h_edge: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """B1' of :func:`edge_features`: ``(d_W_e (H*C, D), d_edge_attr (E, D))`` from
+    ``d_h_edge (E, H, C)``, through the loops' fill back to the graph's own edges."""
+    w_e = params["W_e"].reshape(conv.heads, conv.out_channels, -1)  # (H, C, D)
+    d_w_e = np.einsum("ehc,ed->hcd", d_h_edge, features.attended).reshape(
+        w_e.shape[0] * w_e.shape[1], -1
+    )
+    d_attended = np.einsum("ehc,hcd->ed", d_h_edge, w_e)
+    if not conv.add_self_loops:
+        return d_w_e, d_attended
+    d_edge_attr = loop_fill_backward(
+        d_attended, edge_attr, graph.edge_index, graph.num_nodes, conv.fill_value
+    )
+    return d_w_e, d_edge_attr
 
 
 def leaky_relu(pre: np.ndarray, slope: float) -> np.ndarray:

@@ -4,7 +4,9 @@ GAT-balance Eq. 1-2 with the GATv1 score (Velickovic et al. 2018), per head ``h`
 and edge ``e = u -> v`` of the attended graph:
 
     F1  W h_k      = W x_k                                        (N, H, C)
+    F1' W_e a_e    (edge features, ``edge_dim``; loops filled)    (E, H, C)
     F2  raw_e      = att_src . W h_u + att_dst . W h_v            (E, H)
+                     (+ att_edge . W_e a_e)
     F3  (LipschitzNorm) raw_e <- raw_e / D_e                      (E, H), LipschitzNorm Eq. 17
     F4  e_uv       = LeakyReLU(raw_e)                             (E, H)
     F5  alpha_uv   = softmax over u in N(v) of e_uv               (E, H), GAT-balance Eq. 2
@@ -30,9 +32,12 @@ import numpy as np
 from refimpl.graph import Graph
 from refimpl.naive.gat import (
     Attended,
+    EdgeFeatures,
     attend,
     attend_backward,
     attended_edges,
+    edge_features,
+    edge_features_backward,
     leaky_relu,
     leaky_relu_derivative,
 )
@@ -54,6 +59,9 @@ class GATv1Twin(NamedTuple):
     raw: np.ndarray  # (E, H) F2/F3, the LeakyReLU's input
     lipschitz: LipschitzTwinCache | None  # F3
     attended: Attended  # F5-F6: alpha, the dropout keep factors, alpha after dropout
+    graph: Graph  # as given
+    edge_attr: np.ndarray | None  # (E_graph, D) as given
+    features: EdgeFeatures | None  # F1'
 
 
 def gat_v1_forward(
@@ -62,6 +70,7 @@ def gat_v1_forward(
     x: np.ndarray,
     graph: Graph,
     attn_dropout_mask: np.ndarray | None = None,
+    edge_attr: np.ndarray | None = None,
 ) -> tuple[np.ndarray, GATv1Twin]:
     """``(out (N, H*C) or (N, C), cache)``; ``conv`` is read for its configuration only.
 
@@ -78,6 +87,11 @@ def gat_v1_forward(
     raw = np.einsum("ehc,hc->eh", h[src], params["att_src"]) + np.einsum(
         "ehc,hc->eh", h[dst], params["att_dst"]
     )
+    # F1' and the edge's own term (E, H)
+    features = None
+    if edge_attr is not None:
+        features = edge_features(conv, params, edge_attr, graph)
+        raw = raw + np.einsum("ehc,hc->eh", features.h_edge, params["att_edge"])
     # F3 LipschitzNorm, before the LeakyReLU (E, H)
     lipschitz = None
     if conv.lipschitz_norm is not None:
@@ -88,13 +102,14 @@ def gat_v1_forward(
     scores = leaky_relu(raw, conv.negative_slope)
     # F5-F9 softmax, dropout, out_v = sum of alpha_uv W h_u over N(v), heads, residual, bias
     out, attended = attend(conv, params, scores, h, edges, attn_dropout_mask, x)
-    return out, GATv1Twin(x, edges, h, raw, lipschitz, attended)
+    return out, GATv1Twin(x, edges, h, raw, lipschitz, attended, graph, edge_attr, features)
 
 
 def gat_v1_backward(
     conv: Any, params: dict[str, np.ndarray], cache: GATv1Twin, d_out: np.ndarray
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """``(d_x (N, in), d_params keyed like params)`` for the cotangent ``d_out``."""
+    """``(d_x (N, in), d_params keyed like params)`` for the cotangent ``d_out``; with
+    edge features ``((d_x, d_edge_attr (E_graph, D)), d_params)``."""
     x, edges, h = cache.x, cache.edges, cache.h
     heads, channels = conv.heads, conv.out_channels
     # B9-B5 (of F9-F5) bias, residual, heads, the sum (into W h_u and alpha), dropout, softmax
@@ -123,8 +138,17 @@ def gat_v1_backward(
         d_h[u] += d_raw[e][:, None] * params["att_src"]
         d_h[v] += d_raw[e][:, None] * params["att_dst"]
     d_params["att_src"], d_params["att_dst"] = d_att_src, d_att_dst
+    # B1' (of F1') the edge's term: att_edge, and W_e a_e back into W_e and the features
+    d_edge_attr = None
+    if cache.features is not None:
+        d_params["att_edge"] = np.einsum("eh,ehc->hc", d_raw, cache.features.h_edge)
+        d_h_edge = d_raw[:, :, None] * params["att_edge"]
+        d_params["W_e"], d_edge_attr = edge_features_backward(
+            conv, params, cache.features, cache.edge_attr, cache.graph, d_h_edge
+        )
     # B1 (of F1) W h = W x
     w = params["W"].reshape(heads, channels, -1)  # (H, C, in)
     d_params["W"] = np.einsum("nhc,nf->hcf", d_h, x).reshape(heads * channels, -1)
     d_x = np.einsum("nhc,hcf->nf", d_h, w) + d_x_skip  # and B8' (the residual's share)
-    return d_x, {name: d_params[name] for name in params}
+    d_params = {name: d_params[name] for name in params}
+    return (d_x if d_edge_attr is None else (d_x, d_edge_attr)), d_params

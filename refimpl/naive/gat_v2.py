@@ -3,8 +3,9 @@
 GAT-balance Eq. 1-2 with the GATv2 score (Brody et al. 2022), per head ``h`` and
 edge ``e = u -> v`` of the attended graph (``W_t = W_s`` with ``share_weights``):
 
-    F1  W_s x_k, W_t x_k                                          (N, H, C) each
-    F2  x_uv       = W_s h_u + W_t h_v                            (E, H, C)
+    F1  W_s x_k (+ b_s), W_t x_k (+ b_t)                          (N, H, C) each
+    F1' W_e a_e    (edge features, ``edge_dim``; loops filled)    (E, H, C)
+    F2  x_uv       = W_s h_u + W_t h_v (+ W_e a_e)                (E, H, C)
     F3  LeakyReLU(x_uv)                                           (E, H, C)
     F4  e_uv       = att . LeakyReLU(x_uv)                        (E, H), GAT-balance Eq. 2
     F4' (LipschitzNorm) e_uv <- e_uv / D_e                        (E, H), LipschitzNorm Eq. 17
@@ -31,11 +32,15 @@ import numpy as np
 from refimpl.graph import Graph
 from refimpl.naive.gat import (
     Attended,
+    EdgeFeatures,
     attend,
     attend_backward,
     attended_edges,
+    edge_features,
+    edge_features_backward,
     leaky_relu,
     leaky_relu_derivative,
+    project,
 )
 from refimpl.naive.lipschitz_norm import (
     LipschitzTwinCache,
@@ -56,10 +61,9 @@ class GATv2Twin(NamedTuple):
     hidden: np.ndarray  # (E, H, C) F3 LeakyReLU(x_uv)
     lipschitz: LipschitzTwinCache | None  # F4'
     attended: Attended  # F5-F6: alpha, the dropout keep factors, alpha after dropout
-
-
-def _target_weight(params: dict[str, np.ndarray], conv: Any) -> np.ndarray:
-    return params["W_s"] if conv.share_weights else params["W_t"]
+    graph: Graph  # as given
+    edge_attr: np.ndarray | None  # (E_graph, D) as given
+    features: EdgeFeatures | None  # F1'
 
 
 def gat_v2_forward(
@@ -68,20 +72,26 @@ def gat_v2_forward(
     x: np.ndarray,
     graph: Graph,
     attn_dropout_mask: np.ndarray | None = None,
+    edge_attr: np.ndarray | None = None,
 ) -> tuple[np.ndarray, GATv2Twin]:
     """``(out (N, H*C) or (N, C), cache)``; ``conv`` is read for its configuration only.
 
     ``attn_dropout_mask`` (E, H) bool (True = keep) over the attended edges, or None
     for no dropout (evaluation, or ``p = 0``, where the layer ignores any mask).
     """
-    n, heads, channels = x.shape[0], conv.heads, conv.out_channels
+    n, heads = x.shape[0], conv.heads
     edges = attended_edges(graph.edge_index, n, conv.add_self_loops)  # (E, 2)
     src, dst = edges[:, 0], edges[:, 1]
-    # F1 W_s x, W_t x per node (N, H, C)
-    h_src = np.einsum("hcf,nf->nhc", params["W_s"].reshape(heads, channels, -1), x)
-    h_dst = np.einsum("hcf,nf->nhc", _target_weight(params, conv).reshape(heads, channels, -1), x)
-    # F2 x_uv = W_s h_u + W_t h_v (E, H, C)
+    # F1 W_s x (+ b_s), W_t x (+ b_t) per node (N, H, C); one map with shared weights
+    h_src = project(params, "W_s", "b_s", x, heads)
+    target = ("W_s", "b_s") if conv.share_weights else ("W_t", "b_t")
+    h_dst = project(params, *target, x, heads)
+    # F2 x_uv = W_s h_u + W_t h_v (E, H, C), F1' (+ W_e a_e)
     pre = h_src[src] + h_dst[dst]
+    features = None
+    if edge_attr is not None:
+        features = edge_features(conv, params, edge_attr, graph)
+        pre = pre + features.h_edge
     # F3 LeakyReLU (E, H, C), F4 e = att . LeakyReLU(x_uv) (E, H)
     hidden = leaky_relu(pre, conv.negative_slope)
     scores = np.einsum("ehc,hc->eh", hidden, params["att"])
@@ -91,13 +101,16 @@ def gat_v2_forward(
         scores, lipschitz = gat_v2_lipschitz_forward(scores, params["att"], pre, edges)
     # F5-F9 softmax, dropout, out_v = sum of alpha_uv W_s h_u over N(v), heads, residual, bias
     out, attended = attend(conv, params, scores, h_src, edges, attn_dropout_mask, x)
-    return out, GATv2Twin(x, edges, h_src, pre, hidden, lipschitz, attended)
+    return out, GATv2Twin(
+        x, edges, h_src, pre, hidden, lipschitz, attended, graph, edge_attr, features
+    )
 
 
 def gat_v2_backward(
     conv: Any, params: dict[str, np.ndarray], cache: GATv2Twin, d_out: np.ndarray
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """``(d_x (N, in), d_params keyed like params)`` for the cotangent ``d_out``."""
+    """``(d_x (N, in), d_params keyed like params)`` for the cotangent ``d_out``; with
+    edge features ``((d_x, d_edge_attr (E_graph, D)), d_params)``."""
     x, edges, h_src = cache.x, cache.edges, cache.h_src
     heads, channels = conv.heads, conv.out_channels
     # B9-B5 (of F9-F5) bias, residual, heads, the sum (into W_s h_u and alpha), dropout, softmax
@@ -121,15 +134,24 @@ def gat_v2_backward(
     for e, (u, v) in enumerate(edges):
         d_h_src[u] += d_pre[e]
         d_h_dst[v] += d_pre[e]
-    # B1 (of F1) W_s x and W_t x; a shared W receives both
+    # B1' (of F1') W_e a_e: into W_e and the features
+    d_edge_attr = None
+    if cache.features is not None:
+        d_params["W_e"], d_edge_attr = edge_features_backward(
+            conv, params, cache.features, cache.edge_attr, cache.graph, d_pre
+        )
+    # B1 (of F1) W_s x (+ b_s) and W_t x (+ b_t); a shared W (and b) receives both
     d_w_src = np.einsum("nhc,nf->hcf", d_h_src, x).reshape(heads * channels, -1)
     d_w_dst = np.einsum("nhc,nf->hcf", d_h_dst, x).reshape(heads * channels, -1)
+    d_b_src, d_b_dst = d_h_src.sum(axis=0).reshape(-1), d_h_dst.sum(axis=0).reshape(-1)
     w_src = params["W_s"].reshape(heads, channels, -1)  # (H, C, in)
-    w_dst = _target_weight(params, conv).reshape(heads, channels, -1)
+    w_dst = params["W_s" if conv.share_weights else "W_t"].reshape(heads, channels, -1)
     d_x = np.einsum("nhc,hcf->nf", d_h_src, w_src) + np.einsum("nhc,hcf->nf", d_h_dst, w_dst)
     d_x = d_x + d_x_skip  # B8' (of F8'): the residual's share
     if conv.share_weights:
-        d_params["W_s"] = d_w_src + d_w_dst
+        d_params["W_s"], d_params["b_s"] = d_w_src + d_w_dst, d_b_src + d_b_dst
     else:
         d_params["W_s"], d_params["W_t"] = d_w_src, d_w_dst
-    return d_x, {name: d_params[name] for name in params}
+        d_params["b_s"], d_params["b_t"] = d_b_src, d_b_dst
+    d_params = {name: d_params[name] for name in params}
+    return (d_x if d_edge_attr is None else (d_x, d_edge_attr)), d_params

@@ -76,8 +76,9 @@ def pre_activations(model: GAT, params: dict, cache: object, graph: Graph) -> li
     for i, (conv, layer) in enumerate(zip(model.layers[:-1], cache.layers, strict=False)):
         mask = layer.conv.dropout_cache.mask
         z, _ = conv.forward(
-            model.layer_params(params, i), layer.conv.x, graph, mask is not None, None, mask
-        )
+            model.layer_params(params, i), layer.conv.x, graph,
+            training=mask is not None, attn_dropout_mask=mask,
+        )  # fmt: skip
         if model.residual:
             z = z + layer.conv.x @ params[f"layer{i}.res_W"].T
         out.append(PairNorm(model.pairnorm).forward({}, z)[0] if model.pairnorm else z)

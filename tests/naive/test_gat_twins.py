@@ -40,6 +40,7 @@ class Case(NamedTuple):
     graph: Graph
     keep: np.ndarray | None  # (E, H) attention-dropout keep-mask over the attended edges
     d_out: np.ndarray
+    edge_attr: np.ndarray | None = None  # (E_graph, edge_dim) with edge_dim
 
 
 def make_case(conv: GATConv, graph: Graph, seed: int, dropout: bool = False) -> Case:
@@ -80,18 +81,23 @@ def cases(draw: st.DrawFn, version: str, lipschitz_norm: str | None) -> Case:
 
 def run_both(case: Case) -> tuple[dict, dict]:
     """Production's and the twin's output, coefficients and gradients, keyed alike."""
-    conv, params, x, graph, keep, d_out = case
+    conv, params, x, graph, keep, d_out, edge_attr = case
     kwargs = {} if keep is None else {"training": True, "attn_dropout_mask": keep}
-    out, cache = conv.forward(params, x, graph, **kwargs)
+    out, cache = conv.forward(params, x, graph, edge_attr, **kwargs)
     d_x, d_params = conv.backward(params, cache, d_out)
     twin_forward, twin_backward = TWINS[conv.version]
-    twin_out, twin_cache = twin_forward(conv, params, x, graph, keep)
+    twin_out, twin_cache = twin_forward(conv, params, x, graph, keep, edge_attr)
     twin_d_x, twin_d_params = twin_backward(conv, params, twin_cache, d_out)
     assert list(d_params) == list(params) and list(twin_d_params) == list(params)
     edge_index, alpha = conv.attention_weights(cache)
     np.testing.assert_array_equal(edge_index, twin_cache.edges.T)
-    actual = {"out": out, "alpha": alpha, "d_x": d_x}
-    expected = {"out": twin_out, "alpha": twin_cache.attended.alpha, "d_x": twin_d_x}
+    actual = {"out": out, "alpha": alpha}
+    expected = {"out": twin_out, "alpha": twin_cache.attended.alpha}
+    if edge_attr is None:
+        actual["d_x"], expected["d_x"] = d_x, twin_d_x
+    else:
+        actual["d_x"], actual["d_edge_attr"] = d_x
+        expected["d_x"], expected["d_edge_attr"] = twin_d_x
     actual.update({f"d_{k}": v for k, v in d_params.items()})
     expected.update({f"d_{k}": v for k, v in twin_d_params.items()})
     return actual, expected
@@ -187,6 +193,35 @@ def test_a_twin_off_around_the_tolerance_fails_above_it_and_passes_below(
     assert twin_errors(actual, expected)["d_W_s"] <= 0.01 * TWIN_RTOL  # a few ulps
     slipped = expected["d_W_s"] * (1 + factor * 1e-12)  # the documented TWIN_RTOL, literally
     assert (max_relative_error(actual["d_W_s"], slipped) <= TWIN_RTOL) is passes
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+@given(data=st.data(), seed=seeds(), coarse=st.booleans())
+def test_edge_features_and_projection_biases_match_the_twin(
+    version: str, data: st.DataObject, seed: int, coarse: bool
+) -> None:
+    # PyG's edge_dim with every fill_value for the added loops (coarse features: ties in a
+    # max or min, zeros in a product), and GATv2's projection biases (issue 22): F1' / B1'.
+    case = data.draw(cases(version, None))
+    edge_dim = data.draw(st.integers(1, 3))
+    fill = data.draw(st.sampled_from(["mean", "add", "max", "min", "mul", 0.5, None, "vector"]))
+    conv = replace(
+        case.conv,
+        edge_dim=edge_dim,
+        fill_value=tuple(np.linspace(-1, 1, edge_dim)) if fill == "vector" else fill,
+        projection_bias=version == "v2" and data.draw(st.booleans()),
+    )
+    rng = np.random.default_rng(seed)
+    params = {
+        name: case.params[name] if name in case.params else rng.standard_normal(shape)
+        for name, shape in conv.param_shapes().items()
+    }
+    shape = (case.graph.num_edges, edge_dim)
+    edge_attr = rng.integers(-2, 3, size=shape) / 2.0 if coarse else rng.standard_normal(shape)
+    actual, expected = run_both(case._replace(conv=conv, params=params, edge_attr=edge_attr))
+    assume(not cancelled(actual, expected))
+    errors = twin_errors(actual, expected)
+    assert {"d_edge_attr", "d_W_e"} <= set(errors) and max(errors.values()) <= TWIN_RTOL, errors
 
 
 # -- named edge cases ----------------------------------------------------------------------------

@@ -13,6 +13,17 @@ Heads are concatenated (``concat=True``) or averaged; with ``residual=True`` the
 projection ``x_v W_res^T`` is added (PyG's ``residual``: a linear skip without bias, from
 PyG 2.6), then the bias; attention dropout acts on ``alpha`` in training.
 
+PyG's options beyond the papers, each off by default so the papers' form stays the default:
+
+* ``edge_dim``: edge features ``a_uv`` (E, edge_dim) enter the score, v1 as
+  ``+ att_edge . W_e a_uv`` inside the LeakyReLU, v2 as ``+ W_e a_uv`` beside ``W_s h_u +
+  W_t h_v`` (:mod:`refimpl.nn.gat.v1`, :mod:`refimpl.nn.gat.v2`); the self-loops a layer
+  adds get the features ``fill_value`` makes (:mod:`refimpl.ops.loop_fill`; PyG's default
+  ``"mean"`` of each node's incoming edge features, whose gradient flows back into them);
+* ``projection_bias`` (v2): ``W_s h_u + b_s`` and ``W_t h_v + b_t``, PyG's
+  ``lin_l.bias`` and ``lin_r.bias``, present in every ``GATv2Conv(bias=True)``: the
+  biased ``W_s h_u + b_s`` is also the message.
+
 Parameters (rows of every ``W`` are the weights *incoming* to an output neuron,
 as in the papers), with PyTorch Geometric's names:
 
@@ -25,6 +36,10 @@ v1 ``W``   ``(heads*out, in)``        ``GATConv.lin.weight`` (``lin_src`` before
 v2 ``W_s`` ``(heads*out, in)``        ``GATv2Conv.lin_l.weight`` (source, "j")
 v2 ``W_t`` ``(heads*out, in)``        ``GATv2Conv.lin_r.weight``; absent if shared
 v2 ``att`` ``(heads, out)``           ``GATv2Conv.att`` ``(1, heads, out)``
+v2 ``b_s``  ``(heads*out,)``            ``lin_l.bias``; with ``projection_bias``
+v2 ``b_t``  ``(heads*out,)``            ``lin_r.bias``; with it, absent if shared
+``W_e``    ``(heads*out, edge_dim)``  ``lin_edge.weight``; with ``edge_dim``
+v1 ``att_edge`` ``(heads, out)``      ``att_edge`` ``(1, heads, out)``; with ``edge_dim``
 ``W_res``  ``(heads*out, in)`` / ``(out, in)``  ``res.weight``; with ``residual=True``
 ``bias``   ``(heads*out,)`` / ``(out,)``  ``bias``; absent when ``bias=False``
 =========  =========================  =============================================
@@ -37,10 +52,10 @@ no incoming edge (possible only without self-loops) aggregates to zero, so its
 output is the bias. The LeakyReLU derivative at exactly 0 is ``negative_slope``
 (PyTorch's convention).
 
-Differences from PyG: ``GATv2Conv``'s linear layers carry their own biases when
-``bias=True``; here ``W_s``, ``W_t`` have none (the papers' form), so only the
-output ``bias`` is shared. ``attention_weights`` returns the coefficients
-before dropout (PyG returns them after).
+Differences from PyG: ``GATv2Conv(bias=True)`` is ``bias=True, projection_bias=True``
+here (the papers' ``W_s``, ``W_t`` have no bias); ``attention_weights`` returns the
+coefficients before dropout (PyG returns them after); ``edge_attr`` with ``edge_dim=None``,
+or none with ``edge_dim`` set, is refused (PyG ignores the one, GATv1 the other).
 """
 
 from __future__ import annotations
@@ -54,14 +69,20 @@ from refimpl.backend import asarray, get_array_module
 from refimpl.graph import Graph, with_configured_self_loops
 from refimpl.kernels.segment import segment_softmax, segment_softmax_backward
 from refimpl.nn.gat import v1, v2
-from refimpl.nn.lipschitz.neighbourhood_norm import LIPSCHITZ_NORM_MODES
+from refimpl.nn.gat.config import check_config
 from refimpl.ops.dropout import Dropout
+from refimpl.ops.loop_fill import (
+    LoopFillCache,
+    fill_self_loops,
+    fill_self_loops_backward,
+)
 from refimpl.ops.propagate import propagate, propagate_backward
 from refimpl.validation import (
     check_block_inputs,
     check_cotangent,
     check_finite,
     check_graph_rows,
+    check_optional_input,
 )
 
 __all__ = ["GATCache", "GATConv"]
@@ -78,6 +99,9 @@ class GATCache(NamedTuple):
     alpha: Any  # (E, H) attention coefficients, before dropout
     dropout_cache: Any  # attention-dropout cache (its mask, or None outside training)
     alpha_dropped: Any  # (E, H) coefficients used in the aggregation
+    edge_attr: Any = None  # (E, edge_dim) edge features over the attended edges, or None
+    h_edge: Any = None  # (E, H, C) their projection W_e a, or None
+    loop_fill: LoopFillCache | None = None  # the added loops' features, with edge_dim
 
 
 @dataclass(frozen=True)
@@ -96,31 +120,12 @@ class GATConv:
     dropout: float = 0.0  # attention dropout probability (PyG's `dropout`)
     lipschitz_norm: str | None = None  # None | "paper" | "reference-code" (lipschitz_norm.py)
     residual: bool = False  # PyG's residual: + x W_res^T before the bias (no bias of its own)
+    edge_dim: int | None = None  # edge features' width (PyG's edge_dim); None: none
+    fill_value: Any = "mean"  # the added loops' edge features (refimpl.ops.loop_fill)
+    projection_bias: bool = False  # v2: b_s, b_t, PyG's lin_l.bias and lin_r.bias
 
     def __post_init__(self) -> None:
-        for name in ("in_channels", "out_channels", "heads"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if self.version not in ("v1", "v2"):
-            raise ValueError(f"version must be 'v1' or 'v2', got {self.version!r}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
-        if self.negative_slope < 0:
-            raise ValueError(f"negative_slope must be >= 0, got {self.negative_slope}")
-        if self.lipschitz_norm not in (None, *LIPSCHITZ_NORM_MODES):
-            raise ValueError(
-                f"lipschitz_norm must be None, 'paper' or 'reference-code', "
-                f"got {self.lipschitz_norm!r}"
-            )
-        if self.lipschitz_norm == "reference-code" and self.version != "v1":
-            raise ValueError(
-                "lipschitz_norm='reference-code' reproduces the authors' GATv1 code; "
-                "use version='v1', or lipschitz_norm='paper' for GATv2"
-            )
-        if self.lipschitz_norm is not None and self.negative_slope > 1:
-            # the normalised v2 score is bounded only if LeakyReLU is 1-Lipschitz
-            raise ValueError(f"lipschitz_norm needs negative_slope <= 1, got {self.negative_slope}")
+        object.__setattr__(self, "fill_value", check_config(self))
 
     # -- parameters ------------------------------------------------------------------
     @property
@@ -134,9 +139,17 @@ class GATConv:
             shapes = {"W": (hc, self.in_channels), "att_src": (h, c), "att_dst": (h, c)}
         else:
             shapes = {"W_s": (hc, self.in_channels)}
+            if self.projection_bias:
+                shapes["b_s"] = (hc,)
             if not self.share_weights:
                 shapes["W_t"] = (hc, self.in_channels)
+                if self.projection_bias:
+                    shapes["b_t"] = (hc,)
             shapes["att"] = (h, c)
+        if self.edge_dim is not None:
+            shapes["W_e"] = (hc, self.edge_dim)
+            if self.version == "v1":
+                shapes["att_edge"] = (h, c)
         if self.residual:
             shapes["W_res"] = (hc if self.concat else c, self.in_channels)
         if self.bias:
@@ -150,12 +163,16 @@ class GATConv:
 
         ``W`` of shape ``(out, in)`` is drawn from ``U(-b, b)``, ``b = sqrt(6 / (in + out))``;
         attention ``(H, C)`` likewise with ``b = sqrt(6 / (H + C))`` (PyG applies glorot to
-        its ``(1, H, C)`` tensor, whose last two sizes are ``H`` and ``C``).
+        its ``(1, H, C)`` tensor, whose last two sizes are ``H`` and ``C``); the projection
+        biases ``b_s``, ``b_t`` from ``U(-1/sqrt(in), 1/sqrt(in))``, as PyG's ``Linear``.
         """
         params = {}
         for name, shape in self.param_shapes().items():
             if name == "bias":
                 value = np.zeros(shape)
+            elif name in ("b_s", "b_t"):
+                bound = 1.0 / np.sqrt(self.in_channels)
+                value = rng.uniform(-bound, bound, size=shape)
             else:
                 bound = np.sqrt(6.0 / (shape[0] + shape[1]))
                 value = rng.uniform(-bound, bound, size=shape)
@@ -172,6 +189,7 @@ class GATConv:
         params: dict[str, Any],
         x: Any,
         graph: Graph,
+        edge_attr: Any = None,
         training: bool = False,
         rng: np.random.Generator | None = None,
         attn_dropout_mask: Any = None,
@@ -185,6 +203,9 @@ class GATConv:
         x : (N, in_channels) float array
         graph : Graph
             On ``N`` nodes.
+        edge_attr : (E, edge_dim) float array
+            With ``edge_dim`` (and only then): row ``e`` belongs to ``graph``'s edge ``e``;
+            ``(E,)`` for ``edge_dim=1``, as PyG.
         training : bool
             Attention dropout is active only in training.
         rng : numpy.random.Generator, optional
@@ -198,10 +219,17 @@ class GATConv:
         out : (N, H*C) if ``concat`` else (N, C)
         cache : GATCache
         """
-        graph = self._check_inputs(params, x, graph)
-        out, cache = self.forward_unchecked(params, x, graph, training, rng, attn_dropout_mask)
+        if self.edge_dim == 1 and getattr(edge_attr, "ndim", None) == 1:
+            edge_attr = edge_attr[:, None]  # PyG's view(-1, 1)
+        attended = self._check_inputs(params, x, graph, edge_attr)
+        loop_fill = None
+        if edge_attr is not None and self.add_self_loops:
+            edge_attr, loop_fill = fill_self_loops(edge_attr, graph, self.fill_value)
+        out, cache = self.forward_unchecked(
+            params, x, attended, training, rng, attn_dropout_mask, edge_attr
+        )
         check_finite(out, "GATConv's output")  # finite inputs, so an overflow inside
-        return out, cache
+        return out, cache._replace(loop_fill=loop_fill)
 
     def forward_unchecked(
         self,
@@ -211,21 +239,25 @@ class GATConv:
         training: bool,
         rng: np.random.Generator | None,
         attn_dropout_mask: Any,
+        edge_attr: Any = None,
     ) -> tuple[Any, GATCache]:
-        """:meth:`forward` on checked inputs and ``graph = prepare_graph(graph)``: for a model
-        that validated its parameters and input once at its own boundary."""
+        """:meth:`forward` on checked inputs, ``graph = prepare_graph(graph)`` and
+        ``edge_attr`` over its edges (the added loops' rows filled): for a model that
+        validated its parameters and input once at its own boundary."""
         xp = get_array_module(x)
         num_nodes, heads, channels = x.shape[0], self.heads, self.out_channels
         src, dst = graph.src_segments(xp), graph.dst_segments(xp)
 
-        # F1 feature transforms (N, H, C)
-        h_src = (x @ params["W" if self.version == "v1" else "W_s"].T).reshape(
-            num_nodes, heads, channels
-        )
-        h_dst = h_src if self._shared else (x @ params["W_t"].T).reshape(num_nodes, heads, channels)
+        # F1 feature transforms (N, H, C), v2 with PyG's projection biases if configured
+        h_src = self._project(params, x, "W" if self.version == "v1" else "W_s", "b_s")
+        h_dst = h_src if self._shared else self._project(params, x, "W_t", "b_t")
+        # F1' the edge features' projection W_e a (E, H, C)
+        h_edge = None
+        if edge_attr is not None:
+            h_edge = (edge_attr @ params["W_e"].T).reshape(-1, heads, channels)
         # F2-F4 the version's score e (E, H): GAT-balance Eq. 2 (refimpl.nn.gat.v1 / v2)
         scores, score_cache = (v1 if self.version == "v1" else v2).scores(
-            params, h_src, h_dst, src, dst, self.negative_slope, self.lipschitz_norm
+            params, h_src, h_dst, src, dst, self.negative_slope, self.lipschitz_norm, h_edge
         )
         # F5 softmax over each target's incoming edges (E, H)
         alpha = segment_softmax(scores, dst)
@@ -246,17 +278,29 @@ class GATConv:
         # F9 bias
         if self.bias:
             out = out + params["bias"]
-        cache = GATCache(x, graph, h_src, h_dst, score_cache, alpha, dropout_cache, alpha_dropped)
+        cache = GATCache(
+            x, graph, h_src, h_dst, score_cache, alpha, dropout_cache, alpha_dropped, edge_attr,
+            h_edge,
+        )  # fmt: skip
         return out, cache
+
+    def _project(self, params: dict[str, Any], x: Any, weight: str, bias: str) -> Any:
+        """``x W^T (+ b)`` as ``(N, H, C)``: one side's feature transform."""
+        h = x @ params[weight].T
+        if self.projection_bias:
+            h += params[bias]
+        return h.reshape(x.shape[0], self.heads, self.out_channels)
 
     # -- backward ----------------------------------------------------------------------
     def backward(
         self, params: dict[str, Any], cache: GATCache, d_out: Any, input_grad: bool = True
     ) -> tuple[Any, dict[str, Any]]:
-        """Gradients of a scalar loss: ``(d_x (N, in), d_params keyed like params)``.
+        """Gradients of a scalar loss: ``(d_x (N, in), d_params keyed like params)``; with
+        ``edge_dim``, ``((d_x, d_edge_attr (E, edge_dim)), d_params)``, ``d_edge_attr`` over
+        the edges of the graph given to forward (shaped as its ``edge_attr``).
 
-        ``input_grad=False`` skips ``d_x`` (returned as ``None``): a network's
-        first layer needs no gradient for the data, and it costs a full
+        ``input_grad=False`` skips ``d_x`` and ``d_edge_attr`` (returned as ``None``): a
+        network's first layer needs no gradient for the data, and it costs a full
         ``(N, H*C) @ (H*C, in)`` product.
         """
         x, graph = cache.x, cache.graph
@@ -288,16 +332,25 @@ class GATConv:
         d_scores = segment_softmax_backward(cache.alpha, d_alpha, dst)  # (E, H)
         # B4-B2 (of F4-F2) the version's score: into h_src, h_dst and the attention vectors
         if self.version == "v1":
-            d_h_src, d_h_dst, d_att = v1.scores_backward(
+            d_h_src, d_h_dst, d_h_edge, d_att = v1.scores_backward(
                 params, cache.score, cache.h_src, cache.h_dst, d_scores, d_h_src, src, dst,
-                self.negative_slope,
+                self.negative_slope, cache.h_edge,
             )  # fmt: skip
         else:
-            d_h_src, d_h_dst, d_att = v2.scores_backward(
+            d_h_src, d_h_dst, d_h_edge, d_att = v2.scores_backward(
                 params, cache.score, cache.h_src, cache.h_dst, d_scores, d_h_src, src, dst,
-                self.negative_slope, self.share_weights,
+                self.negative_slope, self.share_weights, cache.h_edge,
             )  # fmt: skip
         d_params.update(d_att)
+        # B1' (of F1') the edge features' projection: W_e, and the features themselves
+        d_edge_attr = None
+        if d_h_edge is not None:
+            d_h_edge = d_h_edge.reshape(d_h_edge.shape[0], heads * channels)  # (E, H*C)
+            d_params["W_e"] = d_h_edge.T @ cache.edge_attr
+            if input_grad:
+                d_edge_attr = d_h_edge @ params["W_e"]  # over the attended edges
+                if cache.loop_fill is not None:  # back through the loops' fill
+                    d_edge_attr = fill_self_loops_backward(cache.loop_fill, d_edge_attr)
         # B1 (of F1) feature transforms; a shared W receives both sides' gradients
         d_h_src = d_h_src.reshape(num_nodes, heads * channels)
         if d_h_dst is not None:
@@ -307,16 +360,21 @@ class GATConv:
             name = "W" if self.version == "v1" else "W_s"
             d_h = d_h_src if d_h_dst is None else d_h_src + d_h_dst
             d_params[name] = d_h.T @ x
+            if self.projection_bias:
+                d_params["b_s"] = d_h.sum(axis=0)
             if input_grad:
                 d_x = d_h @ params[name]
         else:
             d_params["W_s"] = d_h_src.T @ x
             d_params["W_t"] = d_h_dst.T @ x
+            if self.projection_bias:
+                d_params["b_s"], d_params["b_t"] = d_h_src.sum(axis=0), d_h_dst.sum(axis=0)
             if input_grad:
                 d_x = d_h_src @ params["W_s"] + d_h_dst @ params["W_t"]
         if self.residual and input_grad:
             d_x = d_x + d_out @ params["W_res"]  # B8' (of F8'): the skip's share of d_x
-        return d_x, {name: d_params[name] for name in params}
+        d_params = {name: d_params[name] for name in params}
+        return (d_x if self.edge_dim is None else (d_x, d_edge_attr)), d_params
 
     # -- inspection ----------------------------------------------------------------------
     @staticmethod
@@ -325,7 +383,12 @@ class GATConv:
         dropout, over the edges actually attended (self-loops included when added)."""
         return cache.graph.edge_index_on(get_array_module(cache.alpha)), cache.alpha
 
-    def _check_inputs(self, params: dict[str, Any], x: Any, graph: Graph) -> Graph:
+    def _check_inputs(
+        self, params: dict[str, Any], x: Any, graph: Graph, edge_attr: Any = None
+    ) -> Graph:
         check_block_inputs(params, self.param_shapes(), "GATConv", x, self.in_channels)
         check_graph_rows(x, graph)
+        check_optional_input(
+            edge_attr, "edge_attr", "edge_dim", self.edge_dim, graph.num_edges, x, "GATConv"
+        )
         return self.prepare_graph(graph)

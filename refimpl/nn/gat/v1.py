@@ -2,23 +2,26 @@
 
 For an edge ``u -> v`` and head ``h``, with ``W h_k`` the transformed features (N, H, C):
 
-    e_uv = LeakyReLU(att_src . W h_u + att_dst . W h_v)
+    e_uv = LeakyReLU(att_src . W h_u + att_dst . W h_v [+ att_edge . W_e a_uv])
 
-The dot products are per node, so the score is a sum of two per-node halves gathered
-to the edges; with ``lipschitz_norm`` set, LipschitzNorm divides the sum before the
+with the bracket only for a layer with edge features ``a_uv`` (PyG's ``edge_dim``: ``W_e`` is
+``lin_edge.weight``, ``att_edge`` PyG's ``att_edge``). The dot products are per node, so
+the score is a sum of two per-node halves gathered to the edges (and the edge's own term);
+with ``lipschitz_norm`` set, LipschitzNorm divides the sum before the
 LeakyReLU (as the released code does; LeakyReLU is positively homogeneous, so dividing
 after gives the same score). :class:`refimpl.nn.gat.conv.GATConv` runs the rest of the
 layer (transform, softmax, dropout, aggregation, heads, bias); the literal twin is
 :mod:`refimpl.naive.gat_v1`.
 
     F2  score_src = att_src . W h_u,  score_dst = att_dst . W h_v     (N, H) each
-    F3  pre = score_src[u] + score_dst[v]                             (E, H)
+    F3  pre = score_src[u] + score_dst[v]  (+ att_edge . W_e a_uv)    (E, H)
     F3' pre <- pre / D  (LipschitzNorm, refimpl.nn.lipschitz.neighbourhood_norm)
     F4  e = LeakyReLU(pre)                                            (E, H)
 
     B4  d_pre = d_e * (1 if pre > 0 else slope)
     B3' through the quotient and its denominator (into W h and att)
-    B3  d_score_src = sum over u's outgoing edges, d_score_dst over v's incoming
+    B3  d_score_src = sum over u's outgoing edges, d_score_dst over v's incoming;
+        d att_edge = sum_e d_pre W_e a_e,  d W_e a_e = d_pre att_edge
     B2  d att_src = sum_k d_score_src[k] W h_k;  d W h_k += d_score_src[k] att_src (dst alike)
 """
 
@@ -54,12 +57,16 @@ def scores(
     dst: Segments,
     negative_slope: float,
     lipschitz_norm: str | None,
+    h_edge: Any = None,
 ) -> tuple[Any, ScoreCache]:
-    """``e`` (E, H) from ``h_src = h_dst = W x`` (N, H, C), and what the backward reads."""
+    """``e`` (E, H) from ``h_src = h_dst = W x`` (N, H, C) and, with edge features, their
+    projection ``h_edge = W_e a`` (E, H, C); and what the backward reads."""
     # F2 per-node halves of the score (N, H), F3 their sum per edge (E, H)
     score_src = dot_per_head(h_src, params["att_src"])
     score_dst = dot_per_head(h_dst, params["att_dst"])
     pre = gather(score_src, src) + gather(score_dst, dst)
+    if h_edge is not None:
+        pre += dot_per_head(h_edge, params["att_edge"])  # the edge's own term (E, H)
     lipschitz = None
     if lipschitz_norm is not None:
         # F3' LipschitzNorm, before the LeakyReLU (E, H)
@@ -81,9 +88,11 @@ def scores_backward(
     src: Segments,
     dst: Segments,
     negative_slope: float,
-) -> tuple[Any, Any, dict[str, Any]]:
-    """``(d_h_src, d_h_dst, {"att_src", "att_dst"})``: ``d_h_src`` (N, H, C) is the
-    aggregation's gradient with the score's added; ``d_h_dst`` the score's alone."""
+    h_edge: Any = None,
+) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """``(d_h_src, d_h_dst, d_h_edge, {"att_src", "att_dst"[, "att_edge"]})``: ``d_h_src``
+    (N, H, C) is the aggregation's gradient with the score's added; ``d_h_dst`` the score's
+    alone; ``d_h_edge`` (E, H, C) that of ``h_edge`` (None without edge features)."""
     # B4 (of F4) LeakyReLU (E, H)
     d_pre = leaky_relu_backward(cache.positive, d_scores, negative_slope)
     d_att: dict[str, Any] = {}
@@ -104,4 +113,8 @@ def scores_backward(
         d_params[name] += d_through_norm
     d_h_src = d_h_src + d_score_src[..., None] * params["att_src"]
     d_h_dst = d_score_dst[..., None] * params["att_dst"]
-    return d_h_src, d_h_dst, d_params
+    d_h_edge = None
+    if h_edge is not None:  # the edge's own term: att_edge and W_e a_e
+        d_params["att_edge"] = sum_per_head(d_pre, h_edge)
+        d_h_edge = d_pre[..., None] * params["att_edge"]
+    return d_h_src, d_h_dst, d_h_edge, d_params

@@ -3,15 +3,17 @@
 For an edge ``u -> v`` and head ``h``, with ``W_s h_u``, ``W_t h_v`` the transformed
 features (N, H, C) (one array when ``share_weights``):
 
-    e_uv = att . LeakyReLU(W_s h_u + W_t h_v)
+    e_uv = att . LeakyReLU(W_s h_u + W_t h_v [+ W_e a_uv])
 
-with LipschitzNorm (``lipschitz_norm="paper"``) dividing the score. The literal twin,
-which computes exactly this line per edge, is :mod:`refimpl.naive.gat_v2`; the code
-here reaches the same numbers by another route, so that no pass but one writes over
-``(E, H, C)``:
+with the bracket only for a layer with edge features ``a_uv`` (PyG's ``edge_dim``; ``W_e`` is
+``lin_edge.weight``), and LipschitzNorm (``lipschitz_norm="paper"``) dividing the score.
+The literal twin, which computes exactly this line per edge, is :mod:`refimpl.naive.gat_v2`;
+the code here reaches the same numbers by another route, so that no pass but one writes
+over ``(E, H, C)``:
 
 * Forward: ``LeakyReLU(p) = s p + (1 - s) relu(p)``, and ``att . p`` splits into
-  per-node terms ``g_src[u] + g_dst[v]`` with ``g = h . att``, so only ``relu(pre)``
+  per-node terms ``g_src[u] + g_dst[v]`` with ``g = h . att`` (and a per-edge one for edge
+  features), so only ``relu(pre)``
   needs a pass over the edges (a literal LeakyReLU takes three).
 * Backward: ``d_pre = d_e att f`` with ``f = s + (1 - s) [pre > 0]``, and everything
   that reads ``d_pre`` is linear over edges, so per side the per-node sum
@@ -22,14 +24,14 @@ here reaches the same numbers by another route, so that no pass but one writes o
       d att = sum_e d_e[..., None] * LeakyReLU(pre)            # (H, C)
       d h_src = S_src(d_pre);  d h_dst = S_dst(d_pre)          # (N, H, C)
 
-    F2  pre = W_s h_u + W_t h_v                                       (E, H, C)
+    F2  pre = W_s h_u + W_t h_v  (+ W_e a_uv)                         (E, H, C)
     F3  relu(pre), and g = h . att per node                           (E, H, C), (N, H)
     F4  e = (1 - s) att . relu(pre) + s (g_src[u] + g_dst[v])         (E, H)
     F4' e <- e / D  (LipschitzNorm, refimpl.nn.lipschitz.neighbourhood_norm)
 
     B4' through the quotient and its denominator (into pre and att)
     B4, B3  M per side, d h = M * att, d att = sum h * M
-    B2  the gathers' adjoint is in M
+    B2  the gathers' adjoint is in M; the edge term's per edge, d W_e a_e = d_e att f
 """
 
 from __future__ import annotations
@@ -66,14 +68,18 @@ def scores(
     dst: Segments,
     negative_slope: float,
     lipschitz_norm: str | None,
+    h_edge: Any = None,
 ) -> tuple[Any, ScoreCache]:
     """``e`` (E, H) from ``h_src = W_s x`` and ``h_dst = W_t x`` (N, H, C; the same array
-    when the weights are shared), and what the backward reads."""
+    when the weights are shared) and, with edge features, their projection ``h_edge = W_e a``
+    (E, H, C); and what the backward reads."""
     xp = get_array_module(h_src)
-    # F2 W_s h_u + W_t h_v per edge (E, H, C)
+    # F2 W_s h_u + W_t h_v (+ W_e a_uv) per edge (E, H, C)
     h_src_edges = gather(h_src, src)
     pre = gather(h_dst, dst)
     pre += h_src_edges  # in place on the fresh gather: one allocation less
+    if h_edge is not None:
+        pre += h_edge
     # F3 relu(pre) (E, H, C) and g = h . att per node (N, H); F4 the score (E, H)
     slope = negative_slope
     positive = pre > 0
@@ -82,6 +88,8 @@ def scores(
     node_scores_src = dot_per_head(h_src, params["att"])  # g (N, H)
     node_scores_dst = node_scores_src if h_dst is h_src else dot_per_head(h_dst, params["att"])
     e += slope * (gather(node_scores_src, src) + gather(node_scores_dst, dst))
+    if h_edge is not None:
+        e += slope * dot_per_head(h_edge, params["att"])  # the edge's own linear part
     lipschitz = None
     if lipschitz_norm is not None:
         # F4' LipschitzNorm of the score (E, H)
@@ -102,10 +110,12 @@ def scores_backward(
     dst: Segments,
     negative_slope: float,
     share_weights: bool,
-) -> tuple[Any, Any, dict[str, Any]]:
-    """``(d_h_src, d_h_dst, {"att"})``: ``d_h_src`` (N, H, C) is the aggregation's gradient
-    with the score's added; ``d_h_dst`` the score's alone (``None`` with shared weights,
-    whose one side collects both ends)."""
+    h_edge: Any = None,
+) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """``(d_h_src, d_h_dst, d_h_edge, {"att"})``: ``d_h_src`` (N, H, C) is the aggregation's
+    gradient with the score's added; ``d_h_dst`` the score's alone (``None`` with shared
+    weights, whose one side collects both ends); ``d_h_edge`` (E, H, C) that of ``h_edge``
+    (None without edge features)."""
     xp = get_array_module(d_scores)
     d_pre_norms, d_att = None, {}
     if cache.lipschitz is not None:
@@ -138,4 +148,9 @@ def scores_backward(
     # B2 (of F2) the gathers' adjoint is in M; add the aggregation's d_h_src (B7)
     d_h_src = d_h_src + d_h_sides[0]
     d_h_dst = d_h_sides[1] if len(d_h_sides) > 1 else None
-    return d_h_src, d_h_dst, d_params
+    d_h_edge = None
+    if h_edge is not None:  # the edge's term per edge: d_e f (E, H, C), f the LeakyReLU slope
+        d_leaky = d_scores[..., None] * xp.where(cache.positive, 1.0, slope)
+        d_params["att"] += (d_leaky * h_edge).sum(axis=0)
+        d_h_edge = d_leaky * params["att"]
+    return d_h_src, d_h_dst, d_h_edge, d_params
