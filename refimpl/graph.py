@@ -40,7 +40,8 @@ class Graph:
         ``edge_index[0]`` sources, ``edge_index[1]`` targets, each in
         ``[0, num_nodes)``. A NumPy or CuPy array (or a nested list of ints).
     num_nodes : int
-        ``N >= 1``; nodes without edges are allowed (isolated nodes).
+        ``N >= 0``; nodes without edges are allowed (isolated nodes), and so is the empty
+        graph (``N = 0``, as PyG: layers give empty outputs on it).
 
     Raises
     ------
@@ -48,15 +49,15 @@ class Graph:
         ``edge_index`` is not integer (a float array, say) or ``num_nodes`` is
         not an int.
     ValueError
-        Wrong shape, an index out of range or negative, or ``num_nodes < 1``.
+        Wrong shape, an index out of range or negative, or ``num_nodes < 0``.
     """
 
     def __init__(self, edge_index: Any, num_nodes: int) -> None:
         if isinstance(num_nodes, bool) or not isinstance(num_nodes, (int, np.integer)):
             raise TypeError(f"num_nodes must be an int, got {type(num_nodes).__name__}")
         num_nodes = int(num_nodes)
-        if num_nodes < 1:
-            raise ValueError(f"num_nodes must be >= 1, got {num_nodes}")
+        if num_nodes < 0:
+            raise ValueError(f"num_nodes must be >= 0, got {num_nodes}")
         if not is_array(edge_index):
             edge_index = np.asarray(edge_index)
             if edge_index.size == 0:  # [] or [[], []]: no edges
@@ -223,8 +224,6 @@ class Graph:
                 "networkx graph nodes must be the integers 0..N-1; relabel with "
                 "networkx.convert_node_labels_to_integers(graph) first"
             )
-        if len(nodes) == 0:
-            raise ValueError("the networkx graph has no nodes; a Graph needs num_nodes >= 1")
         edges = np.array([(u, v) for u, v, *_ in graph.edges], dtype=np.int64).reshape(-1, 2)
         if not graph.is_directed():
             # Both directions of each edge; a self-loop is its own reverse, so once.

@@ -90,10 +90,19 @@ def test_index_out_of_range_is_a_value_error():
     Graph([[0, 1], [2, 2]], 3)  # the largest valid index is fine
 
 
-@pytest.mark.parametrize("num_nodes", [0, -2])
-def test_num_nodes_below_one_is_a_value_error(num_nodes):
-    with pytest.raises(ValueError, match=r"num_nodes must be >= 1"):
+@pytest.mark.parametrize("num_nodes", [-1, -2])
+def test_negative_num_nodes_is_a_value_error(num_nodes):
+    with pytest.raises(ValueError, match=r"num_nodes must be >= 0"):
         Graph([], num_nodes)
+
+
+def test_the_empty_graph_is_a_graph():
+    # PyG's layers return an empty output on it (issue 22); so must ours
+    empty = Graph([], 0)
+    assert (empty.num_nodes, empty.num_edges) == (0, 0)
+    assert empty.in_degree().shape == (0,)
+    assert empty.remove_self_loops().add_self_loops().num_edges == 0
+    assert Graph.from_networkx(nx.DiGraph()).num_nodes == 0
 
 
 @pytest.mark.parametrize("num_nodes", [3.0, "3", True, None, np.float64(3)])
@@ -210,11 +219,6 @@ def test_from_networkx_needs_integer_labels_from_zero(nodes):
         r"convert_node_labels_to_integers",
     ):
         Graph.from_networkx(nx_graph)
-
-
-def test_from_networkx_empty_graph_is_an_error():
-    with pytest.raises(ValueError, match="has no nodes"):
-        Graph.from_networkx(nx.Graph())
 
 
 def test_from_scipy_sparse_drops_explicit_zeros():

@@ -88,7 +88,8 @@ def project_backward(
     f sum(d_y)``, ``d_x = sum_i d_y_i (f_i W_i)``."""
     maps = _scaled_maps(names, factors)
     weights = [_scaled(params[f"W_{name}"], f) for name, f in maps]
-    flat = [d_y.reshape(d_y.shape[0], -1) for d_y in d_ys]  # (N, out)
+    # (N, out), the width spelled out: -1 cannot be resolved for N = 0 (the empty graph)
+    flat = [d_y.reshape(d_y.shape[0], math.prod(d_y.shape[1:])) for d_y in d_ys]
     d_x, d_weights, d_biases = affine_maps_backward(x, weights, flat, bias, input_grad)
     for i, (name, f) in enumerate(maps):
         d_params[f"W_{name}"] = _scaled(d_weights[i], f)
