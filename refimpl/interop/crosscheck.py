@@ -14,7 +14,7 @@ key                    shape, dtype              meaning
 ``input/x``            (N, in) float             node features
 ``input/edge_index``   (2, E) int                row 0 sources, row 1 targets (PyG's
                                                  convention), as passed to the layer
-``input/edge_attr``    (E, edge_dim) float       edge features (TransformerConv with edge_dim)
+``input/edge_attr``    (E, edge_dim) float       edge features (a layer with ``edge_dim``)
 ``output/out``         float                     the other implementation's output
 ``cotangent``          shaped like ``out``       ``c`` of the scalar loss ``L = sum(c * out)``
 ``grad/input/x``       like ``input/x``          ``dL/dx`` (optional, as every ``grad/``)
@@ -24,10 +24,12 @@ key                    shape, dtype              meaning
 
 Layers: ``"pyg"`` takes PyG's class names and constructor arguments: ``GATConv``
 (our GATConv v1), ``GATv2Conv`` (v2) and ``TransformerConv``; ``"refimpl"`` takes our
-``GATConv`` and ``TransformerConv`` with our arguments. Parameters convert with
-:func:`refimpl.interop.pyg.from_pyg` (gradients too: the maps are reshapes). PyG's
-GATv2 projection biases (``lin_l.bias``, ``lin_r.bias``) must be zero, as our GATv2
-has none (the paper's form); their gradients are reported as not compared.
+``GATConv`` and ``TransformerConv`` with our arguments. ``kwargs`` are the constructor's
+arguments as the user wrote them (PyG's defaults for those left out); PyG's
+``GATv2Conv(bias=True)`` is our ``GATConv(version="v2", bias=True,
+projection_bias=True)``, and ``fill_value`` a number, a list of ``edge_dim`` numbers (a
+tensor's ``tolist()``), a reduction's name or None. Parameters convert with
+:func:`refimpl.interop.pyg.from_pyg` (gradients too: the maps are reshapes).
 
 The comparison is made in evaluation mode (no dropout): export with
 ``module.eval()``. Tolerances follow the data's dtype: outputs ``1e-12`` (float64)
@@ -40,8 +42,9 @@ Gradients under PyG's names follow the layer's state-dict layout
 (:mod:`refimpl.interop.pyg_layouts`): a key that is the same module under a second name
 (GATv2's ``lin_r`` with ``share_weights``, GATConv's ``lin_dst`` before PyG 2.5) appears
 once in ``named_parameters()``, so its gradient is taken from its twin; keys refimpl has
-no counterpart for (GATv2's projection biases, the query/key/value biases PyG < 2.7 kept
-under ``bias=False``, an unused ``lin_skip``) need no gradient and are not compared.
+no counterpart for (the zero GATv2 projection biases of a ``"refimpl"`` layer without
+``projection_bias``, the query/key/value biases PyG < 2.7 kept under ``bias=False``, an
+unused ``lin_skip``) need no gradient and are not compared.
 """
 
 from __future__ import annotations
@@ -68,19 +71,18 @@ __all__ = ["CrosscheckError", "crosscheck", "crosscheck_arrays", "layer_from_con
 TOLERANCES = {dtype: (FORWARD_RTOL[dtype], GRADIENT_RTOL[dtype]) for dtype in GRADIENT_RTOL}
 _PYG_ARGUMENTS = {
     "GATConv": (
-        "in_channels out_channels heads concat negative_slope dropout add_self_loops bias residual"
+        "in_channels out_channels heads concat negative_slope dropout add_self_loops edge_dim "
+        "fill_value bias residual"
     ).split(),
     "GATv2Conv": (
-        "in_channels out_channels heads concat negative_slope dropout add_self_loops bias "
-        "share_weights residual"
+        "in_channels out_channels heads concat negative_slope dropout add_self_loops edge_dim "
+        "fill_value bias share_weights residual"
     ).split(),
     "TransformerConv": (
         "in_channels out_channels heads concat beta dropout edge_dim bias root_weight"
     ).split(),
 }
 _OURS = {"GATConv": GATConv, "TransformerConv": TransformerConv}
-# PyG arguments with a default we share, accepted only at that value
-_PYG_FIXED = {"edge_dim": None, "fill_value": "mean"}
 
 
 class CrosscheckError(ValueError):
@@ -115,17 +117,25 @@ def layer_from_config(config: dict[str, Any]) -> GATConv | TransformerConv:
             f"PyG layer {name!r} is not supported; supported: {sorted(_PYG_ARGUMENTS)}"
         )
     allowed = _PYG_ARGUMENTS[name]
-    for key in [k for k in kwargs if k not in allowed]:
-        if key in _PYG_FIXED and kwargs[key] == _PYG_FIXED[key]:
-            del kwargs[key]
-            continue
+    unknown = [k for k in kwargs if k not in allowed]
+    if unknown:
+        key = unknown[0]
         raise CrosscheckError(
             f"{name} argument {key}={kwargs[key]!r} has no refimpl counterpart; "
             f"supported arguments: {allowed}"
         )
-    if name == "TransformerConv":
-        return TransformerConv(**kwargs)
-    return GATConv(version="v1" if name == "GATConv" else "v2", **kwargs)
+    try:
+        if name == "TransformerConv":
+            return TransformerConv(**kwargs)
+        if name == "GATv2Conv":  # PyG's bias reaches lin_l and lin_r too
+            kwargs["projection_bias"] = kwargs.get("bias", True)
+        return GATConv(version="v1" if name == "GATConv" else "v2", **kwargs)
+    except (TypeError, ValueError) as err:
+        raise CrosscheckError(f"{name}({_spelled(kwargs)}): {err}") from err
+
+
+def _spelled(kwargs: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
 
 
 def crosscheck(path: str | Path, rtol: float | None = None) -> tuple[Comparison, list[str]]:
@@ -257,7 +267,7 @@ def _pyg_gradients(
 def _no_counterpart(layer: GATConv | TransformerConv, entry: Entry) -> str:
     """Why a PyG key's gradient is not compared (``entry.kind`` "zero" or "ignored")."""
     if isinstance(layer, GATConv):  # only GATv2 has such keys: lin_l.bias, lin_r.bias
-        return "refimpl's GATv2 has no projection biases"
+        return "this GATv2 has projection_bias=False, so they must be zero"
     if entry.kind == "ignored":
         return "PyG's TransformerConv does not use lin_skip with root_weight=False"
     return "refimpl's TransformerConv with bias=False has no bias here (PyG < 2.7 kept it)"

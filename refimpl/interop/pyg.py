@@ -57,8 +57,9 @@ those threads, not read from a 1.6.0 tag; so is 2.0.0 for ``lin_src``.
 ``W_s`` = ``lin_l.weight`` (source), ``W_t`` = ``lin_r.weight`` (target; with
 ``share_weights`` ``lin_r`` is ``lin_l``, both keys present and equal), ``att`` =
 ``att (1,H,C)``, ``bias``. PyG's ``bias=True`` also gives ``lin_l`` and ``lin_r``
-biases, which refimpl's GATv2 does not have (the paper's form, GAT-balance Eq. 2):
-``from_pyg`` accepts them only when exactly zero and ``to_pyg`` writes zeros.
+biases: ``b_s``, ``b_t`` of ``GATConv(version="v2", projection_bias=True)``. A layer
+without them (the paper's form, GAT-balance Eq. 2) accepts them from ``from_pyg`` only
+when exactly zero, and ``to_pyg`` writes zeros.
 
 ``TransformerConv``: ``W_q, b_q`` = ``lin_query.weight, .bias``; ``W_k, b_k`` =
 ``lin_key.*``; ``W_v, b_v`` = ``lin_value.*``; ``W_e`` = ``lin_edge.weight``;
@@ -71,8 +72,8 @@ by #10177): ``from_pyg`` accepts them when zero, and ``to_pyg(...,
 pyg_version="2.6")`` writes zeros for them.
 
 PyG >= 2.6's ``residual=True`` (``res.weight``) maps to ``GATConv(residual=True)``'s
-``W_res``. Not supported, with a message saying so: GAT edge features (PyG
-``edge_dim``: ``lin_edge``, ``att_edge``).
+``W_res``; edge features (``edge_dim``) to ``W_e`` = ``lin_edge.weight`` and (GATv1)
+``att_edge`` = ``att_edge (1,H,C)``.
 
 What the state dict cannot tell
 -------------------------------
@@ -206,8 +207,8 @@ def from_pyg(
     ValueError
         Naming every missing key, every unexpected key and every shape mismatch
         (expected and found, with the configuration that implies the expected shape),
-        and parameters refimpl cannot represent (non-zero GATv2 ``lin_l``/``lin_r``
-        biases, different twin weights, GAT edge features).
+        and values the configured layer cannot represent (non-zero GATv2 ``lin_l``/``lin_r``
+        biases without ``projection_bias``, different twin weights).
     """
     if not isinstance(state_dict, Mapping):
         raise TypeError(

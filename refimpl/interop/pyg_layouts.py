@@ -99,41 +99,30 @@ def _bias_entry(layer: GATConv | TransformerConv, key: str = "bias", ours: str =
 
 
 def _gat_entries(layer: GATConv, layout: str) -> list[Entry]:
+    """In PyG's state-dict order: the module's own tensors (attention vectors, bias), then its
+    submodules' (the projections, ``lin_edge``, ``res``)."""
     h, c, n_in = layer.heads, layer.out_channels, layer.in_channels
     weight, att = (h * c, n_in), (1, h, c)
-    weight_words, att_words = "(heads * out_channels, in_channels)", "(1, heads, out_channels)"
-    output = [_bias_entry(layer)] if layer.bias else []  # what acts after the aggregation
-    if layer.residual:  # PyG >= 2.6: res = Linear(in, width, bias=False), after bias
+    weight_words = "(heads * out_channels, in_channels)"
+    bias = [_bias_entry(layer)] if layer.bias else []
+    edge = []  # lin_edge = Linear(edge_dim, heads * out_channels, bias=False), with edge_dim
+    if layer.edge_dim is not None:
+        words = "(heads * out_channels, edge_dim)"
+        edge.append(Entry("lin_edge.weight", (h * c, layer.edge_dim), words, "param", ("W_e",)))
+    residual = []  # PyG >= 2.6: res = Linear(in, width, bias=False), after bias
+    if layer.residual:
         width = h * c if layer.concat else c
         words = "(heads * out_channels or out_channels, in_channels), residual=True"
-        output.append(Entry("res.weight", (width, n_in), words, "param", ("W_res",)))
+        residual.append(Entry("res.weight", (width, n_in), words, "param", ("W_res",)))
     if layer.version == "v2":
-        lin_r = (
-            Entry("lin_r.weight", weight, weight_words, "alias", source="lin_l.weight")
-            if layer.share_weights
-            else Entry("lin_r.weight", weight, weight_words, "param", ("W_t",))
-        )
-        lin_bias = [
-            Entry(f"{lin}.bias", (h * c,), "(heads * out_channels,)", "zero")
-            for lin in ("lin_l", "lin_r")
-            if layer.bias
-        ]
         return [
-            Entry(
-                "att",
-                att,
-                att_words,
-                "param",
-                ("att",),
-                to_ours=_att_to_ours,
-                to_theirs=_att_to_pyg,
-            ),
-            *output,
-            Entry("lin_l.weight", weight, weight_words, "param", ("W_s",)),
-            *lin_bias[:1],
-            lin_r,
-            *lin_bias[1:],
+            _att_entry("att", "att", att),
+            *bias,
+            *_gatv2_projection_entries(layer, weight, weight_words),
+            *edge,
+            *residual,
         ]
+    edge_att = [_att_entry("att_edge", "att_edge", att)] if layer.edge_dim is not None else []
     if layout == "weight":  # PyG <= 1.5: x @ weight, att = [att_dst | att_src]
         return [
             Entry(
@@ -154,7 +143,8 @@ def _gat_entries(layer: GATConv, layout: str) -> list[Entry]:
                 to_ours=lambda a: (a[0, :, :c], a[0, :, c:]),
                 to_theirs=lambda dst, src: np.concatenate([dst, src], axis=-1)[None],
             ),
-            *output,
+            *bias,
+            *residual,
         ]
     src, dst, lin = {
         "lin": ("att_src", "att_dst", "lin"),
@@ -162,13 +152,10 @@ def _gat_entries(layer: GATConv, layout: str) -> list[Entry]:
         "lin_l": ("att_l", "att_r", "lin_l"),
     }[layout]
     entries = [
-        Entry(
-            src, att, att_words, "param", ("att_src",), to_ours=_att_to_ours, to_theirs=_att_to_pyg
-        ),
-        Entry(
-            dst, att, att_words, "param", ("att_dst",), to_ours=_att_to_ours, to_theirs=_att_to_pyg
-        ),
-        *output,
+        _att_entry(src, "att_src", att),
+        _att_entry(dst, "att_dst", att),
+        *edge_att,
+        *bias,
         Entry(f"{lin}.weight", weight, weight_words, "param", ("W",)),
     ]
     if layout != "lin":  # the target side: the same module under a second name
@@ -176,7 +163,44 @@ def _gat_entries(layer: GATConv, layout: str) -> list[Entry]:
         entries.append(
             Entry(f"{twin}.weight", weight, weight_words, "alias", source=f"{lin}.weight")
         )
-    return entries
+    return [*entries, *edge, *residual]
+
+
+def _att_entry(key: str, ours: str, shape: tuple[int, int, int]) -> Entry:
+    """An attention vector: PyG's ``(1, H, C)`` parameter, our ``(H, C)``."""
+    return Entry(key, shape, "(1, heads, out_channels)", "param", (ours,),
+                 to_ours=_att_to_ours, to_theirs=_att_to_pyg)  # fmt: skip
+
+
+def _gatv2_projection_entries(layer: GATConv, weight: tuple, weight_words: str) -> list[Entry]:
+    """``lin_l`` and ``lin_r``: weights, and the biases PyG gives them under ``bias=True``
+    (ours with ``projection_bias``; else they must be zero). ``lin_r`` is ``lin_l`` under a
+    second name with ``share_weights``."""
+    hc = weight[0]
+    shared = layer.share_weights
+    if layer.projection_bias:
+        biases = [Entry("lin_l.bias", (hc,), "(heads * out_channels,)", "param", ("b_s",))]
+        biases.append(
+            Entry("lin_r.bias", (hc,), "(heads * out_channels,)", "alias", source="lin_l.bias")
+            if shared
+            else Entry("lin_r.bias", (hc,), "(heads * out_channels,)", "param", ("b_t",))
+        )
+    elif layer.bias:
+        biases = [Entry(f"{lin}.bias", (hc,), "(heads * out_channels,)", "zero")
+                  for lin in ("lin_l", "lin_r")]  # fmt: skip
+    else:
+        biases = []
+    lin_r = (
+        Entry("lin_r.weight", weight, weight_words, "alias", source="lin_l.weight")
+        if shared
+        else Entry("lin_r.weight", weight, weight_words, "param", ("W_t",))
+    )
+    return [
+        Entry("lin_l.weight", weight, weight_words, "param", ("W_s",)),
+        *biases[:1],
+        lin_r,
+        *biases[1:],
+    ]
 
 
 def _transformer_entries(layer: TransformerConv, version: tuple[int, int]) -> list[Entry]:

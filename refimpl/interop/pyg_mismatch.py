@@ -69,12 +69,10 @@ def _zero_problem(layer: GATConv | TransformerConv, head: str, entry: Entry, siz
     key = head + entry.key
     if isinstance(layer, GATConv):
         return (
-            f"{key} is not zero (max |value| = {size:.3g}): refimpl's GATv2 (GATConv("
-            "version='v2')) has no biases in W_s x and W_t x (the paper's form, GAT-balance "
-            "Eq. 2), which PyG's GATv2Conv(bias=True) adds to lin_l and lin_r. To cross-check, "
-            "zero them in PyG before exporting (with torch.no_grad(): conv.lin_l.bias.zero_(); "
-            "conv.lin_r.bias.zero_()), or train PyG with bias=False (which also drops the "
-            "output bias)"
+            f"{key} is not zero (max |value| = {size:.3g}) but this GATConv(version='v2') has "
+            "projection_bias=False: no biases in W_s x and W_t x (the paper's form, "
+            "GAT-balance Eq. 2), which PyG's GATv2Conv(bias=True) adds to lin_l and lin_r; "
+            "construct it with projection_bias=True to load them as b_s and b_t"
         )
     fix = (
         "construct the refimpl layer with bias=True and add a zero 'lin_skip.bias' of shape "
@@ -129,10 +127,12 @@ def _hints(layer: GATConv | TransformerConv, missing: set[str], unexpected: set[
         hints.append("the PyG module had bias=True? construct the refimpl layer with bias=True")
     if isinstance(layer, GATConv):
         if unexpected & {"lin_edge.weight", "att_edge"}:
-            hints.append(
-                "lin_edge/att_edge: the PyG layer uses edge features (edge_dim), which refimpl's "
-                "GATConv does not support; cross-check a PyG layer built with edge_dim=None"
-            )
+            hints.append("lin_edge: the PyG layer uses edge features; construct with edge_dim=")
+        if missing & {"lin_edge.weight", "att_edge"}:
+            hints.append("no lin_edge: the PyG layer has edge_dim=None; construct with it")
+        if missing & {"lin_l.bias", "lin_r.bias"} and layer.projection_bias:
+            hints.append("no lin_l.bias: the PyG layer has bias=False; construct with "
+                         "bias=False, projection_bias=False")  # fmt: skip
         if "res.weight" in unexpected:
             hints.append(
                 "res.weight: the PyG layer has residual=True (a linear skip, PyG >= 2.6); "

@@ -9,8 +9,7 @@ per-tensor table as ``refimpl crosscheck FILE.npz``, whose format those arrays f
 
 The module given is not changed: the run uses a deep copy (``.double().eval()``), so the
 caller's dtype, training mode and gradients stay as they were. A configuration refimpl has no
-counterpart for (PyG's ``edge_dim`` on the GAT layers, bipartite ``in_channels``,
-non-zero GATv2 projection biases) raises
+counterpart for (bipartite ``in_channels``) raises
 :class:`~refimpl.interop.crosscheck.CrosscheckError` saying which. Needs torch and
 torch_geometric (the ``crosscheck`` extra); they are imported when the function is called.
 """
@@ -31,9 +30,9 @@ __all__ = ["check_pyg_module", "pyg_config"]
 # PyG's constructor arguments refimpl reads, per class (the rest must keep their defaults).
 _ARGUMENTS = {
     "GATConv": ("in_channels", "out_channels", "heads", "concat", "negative_slope", "dropout",
-                "add_self_loops", "edge_dim", "residual"),
+                "add_self_loops", "edge_dim", "fill_value", "residual"),
     "GATv2Conv": ("in_channels", "out_channels", "heads", "concat", "negative_slope", "dropout",
-                  "add_self_loops", "share_weights", "edge_dim", "residual"),
+                  "add_self_loops", "share_weights", "edge_dim", "fill_value", "residual"),
     "TransformerConv": ("in_channels", "out_channels", "heads", "concat", "beta", "dropout",
                         "edge_dim", "root_weight"),
 }  # fmt: skip
@@ -62,6 +61,8 @@ def pyg_config(module: Any) -> dict[str, Any]:
         )
     with_bias = module.lin_key.bias if name == "TransformerConv" else module.bias
     kwargs["bias"] = with_bias is not None
+    if hasattr(kwargs.get("fill_value"), "tolist"):  # a tensor of edge features
+        kwargs["fill_value"] = kwargs["fill_value"].tolist()
     return {"framework": "pyg", "layer": name, "kwargs": kwargs}
 
 
@@ -85,7 +86,7 @@ def check_pyg_module(
     x : (N, in_channels) array or tensor
     edge_index : (2, E) integer array or tensor, row 0 the sources
     edge_attr : (E, edge_dim) array or tensor, optional
-        For a ``TransformerConv`` with ``edge_dim``.
+        For a layer with ``edge_dim``.
     cotangent : array shaped like the output, optional
         ``c`` of ``L = sum(c * out)``; default a standard normal draw of ``seed``.
     rtol : float, optional
@@ -123,13 +124,13 @@ def check_pyg_module(
     }
     if edge_attr is not None:
         arrays["input/edge_attr"] = inputs[2].detach().numpy()
-        arrays["grad/input/edge_attr"] = inputs[2].grad.numpy()
+        arrays["grad/input/edge_attr"] = _gradient(inputs[2])
     arrays.update({f"param/{k}": v.numpy() for k, v in reference.state_dict().items()})
-    arrays.update(
-        {
-            f"grad/param/{k}": p.grad.numpy()
-            for k, p in reference.named_parameters()
-            if p.grad is not None
-        }
-    )
+    arrays.update({f"grad/param/{k}": _gradient(p) for k, p in reference.named_parameters()})
     return crosscheck_arrays(arrays, rtol, source=f"PyG {config['layer']}")
+
+
+def _gradient(leaf: Any) -> np.ndarray:
+    """A leaf's gradient; zeros where autograd reached it by no path (PyG's GATv1 reads no
+    edge features on a graph without edges, for one)."""
+    return np.zeros(tuple(leaf.shape)) if leaf.grad is None else leaf.grad.numpy()

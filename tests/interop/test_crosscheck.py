@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +40,13 @@ def test_readme_example_exports_from_pyg_and_passes(tmp_path, monkeypatch, capsy
 
 
 def write_file(path: Path, layer, params, x, graph, edge_attr=None, framework="refimpl", **extra):
-    """A crosscheck file written from our own layer (its outputs and gradients)."""
+    """A crosscheck file written from our own layer (its outputs and gradients); as PyG's, a
+    GATv2 takes projection biases with its bias (drawn here when ``params`` has none)."""
+    pyg_v2 = framework == "pyg" and isinstance(layer, GATConv) and layer.version == "v2"
+    if pyg_v2 and layer.projection_bias != layer.bias:
+        layer = replace(layer, projection_bias=layer.bias)
+        drawn = layer.init_params(np.random.default_rng(5))
+        params = {name: params.get(name, drawn[name]) for name in layer.param_shapes()}
     inputs = [x, graph] + ([edge_attr] if edge_attr is not None else [])
     out, cache = layer.forward(params, *inputs)
     cotangent = np.random.default_rng(1).standard_normal(out.shape).astype(out.dtype)
@@ -53,7 +60,7 @@ def write_file(path: Path, layer, params, x, graph, edge_attr=None, framework="r
         names, grads = to_pyg(layer, params), to_pyg(layer, d_params)
         if layer_name == "GATConv":
             layer_name = "GATConv" if layer.version == "v1" else "GATv2Conv"
-            for key in ("version", "lipschitz_norm") + (
+            for key in ("version", "lipschitz_norm", "projection_bias") + (
                 ("share_weights",) if layer.version == "v1" else ()
             ):
                 kwargs.pop(key)
@@ -147,7 +154,7 @@ def test_float32_files_are_judged_at_float32_tolerances(setup, tmp_path) -> None
                                 "in_channels": 4,
                                 "out_channels": 3,
                                 "heads": 2,
-                                "edge_dim": 2,
+                                "aggr": "max",
                             },
                         }
                     )

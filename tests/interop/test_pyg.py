@@ -334,8 +334,11 @@ def test_nonzero_gatv2_projection_bias_is_refused_with_the_fix() -> None:
     state_dict["lin_r.bias"] = state_dict["lin_r.bias"] + 1e-30  # any non-zero entry
     message = error_of(layer, state_dict)
     assert "lin_r.bias is not zero" in message
-    assert "has no biases in W_s x and W_t x" in message
-    assert "conv.lin_l.bias.zero_()" in message
+    assert "has projection_bias=False: no biases in W_s x and W_t x" in message
+    assert "construct it with projection_bias=True" in message
+    # and so constructed, the layer reads them as b_s and b_t
+    biased = from_pyg(replace(layer, projection_bias=True), state_dict)
+    np.testing.assert_array_equal(biased["b_t"], state_dict["lin_r.bias"])
 
 
 def test_different_shared_weights_are_refused() -> None:
@@ -353,7 +356,7 @@ def test_different_shared_weights_are_refused() -> None:
     assert "bipartite" in error_of(v1, old)
 
 
-def test_gat_edge_features_are_refused_and_a_residual_asks_for_residual_true() -> None:
+def test_gat_edge_features_ask_for_edge_dim_and_a_residual_for_residual_true() -> None:
     layer = GATConv(3, 2, heads=2)
     state_dict = to_pyg(layer, random_params(layer, 14))
     state_dict |= {
@@ -363,8 +366,12 @@ def test_gat_edge_features_are_refused_and_a_residual_asks_for_residual_true() -
     }
     message = error_of(layer, state_dict)
     assert "unexpected keys: att_edge, lin_edge.weight, res.weight" in message
-    assert "uses edge features (edge_dim), which refimpl's GATConv does not support" in message
+    assert "uses edge features; construct with edge_dim=" in message
     assert "residual=True" in message
+    with_edges = replace(layer, edge_dim=5)
+    assert "no lin_edge: the PyG layer has edge_dim=None" in error_of(
+        with_edges, to_pyg(layer, random_params(layer, 14))
+    )
 
 
 def test_nonzero_transformer_biases_under_bias_false_are_refused() -> None:

@@ -39,15 +39,11 @@ def test_the_readme_example_runs_and_its_checks_hold(capsys) -> None:
 
 
 def _randomised(module):
-    """Every parameter redrawn (a trained module, not PyG's zero biases); GATv2's projection
-    biases stay zero, as refimpl's GATv2 has none (the papers' form)."""
+    """Every parameter redrawn: a trained module, not PyG's zero biases."""
     generator = torch.Generator().manual_seed(1)
     with torch.no_grad():
-        for name, parameter in module.named_parameters():
-            if name in ("lin_l.bias", "lin_r.bias"):
-                parameter.zero_()
-            else:
-                parameter.copy_(torch.randn(parameter.shape, generator=generator))
+        for parameter in module.parameters():
+            parameter.copy_(torch.randn(parameter.shape, generator=generator))
     return module
 
 
@@ -62,6 +58,32 @@ MODULES = {
     "GATConv residual": lambda: pyg_nn.GATConv(4, 3, heads=2, residual=True),
     "GATv2Conv residual, mean": lambda: pyg_nn.GATv2Conv(
         4, 3, heads=2, residual=True, concat=False
+    ),
+    # edge features (issue 22), with each fill_value of the added self-loops
+    "GATConv edges": lambda: pyg_nn.GATConv(4, 3, heads=2, edge_dim=2),
+    "GATConv edges, max fill, residual": lambda: pyg_nn.GATConv(
+        4, 3, heads=2, edge_dim=2, fill_value="max", residual=True
+    ),
+    "GATConv edges, constant fill, mean": lambda: pyg_nn.GATConv(
+        4, 3, heads=2, edge_dim=2, fill_value=0.5, concat=False
+    ),
+    "GATConv edges, no self-loops": lambda: pyg_nn.GATConv(
+        4, 3, heads=2, edge_dim=2, add_self_loops=False
+    ),
+    "GATv2Conv edges, add fill": lambda: pyg_nn.GATv2Conv(
+        4, 3, heads=2, edge_dim=2, fill_value="add"
+    ),
+    "GATv2Conv edges, mul fill, shared": lambda: pyg_nn.GATv2Conv(
+        4, 3, heads=2, edge_dim=2, fill_value="mul", share_weights=True
+    ),
+    "GATv2Conv edges, min fill, no bias": lambda: pyg_nn.GATv2Conv(
+        4, 3, heads=2, edge_dim=2, fill_value="min", bias=False
+    ),
+    "GATv2Conv edges, tensor fill": lambda: pyg_nn.GATv2Conv(
+        4, 3, heads=2, edge_dim=2, fill_value=torch.tensor([1.0, -2.0])
+    ),
+    "GATv2Conv edges, sum fill, residual": lambda: pyg_nn.GATv2Conv(
+        4, 3, heads=1, edge_dim=2, fill_value="sum", residual=True
     ),
     "TransformerConv": lambda: pyg_nn.TransformerConv(4, 3, heads=2),
     "TransformerConv edges, beta": lambda: pyg_nn.TransformerConv(
@@ -144,7 +166,6 @@ def test_an_output_off_by_one_part_in_a_million_fails() -> None:
 @pytest.mark.parametrize(
     ("build", "message"),
     [
-        (lambda: pyg_nn.GATConv(4, 3, edge_dim=2), "edge_dim=2"),
         (lambda: pyg_nn.GATConv((4, 5), 3), "bipartite"),
         (lambda: torch.nn.Linear(4, 3), "not a PyG layer refimpl checks"),
     ],
@@ -153,3 +174,17 @@ def test_a_configuration_without_a_counterpart_is_refused_in_one_line(build, mes
     with pytest.raises(CrosscheckError, match=re.escape(message)) as caught:
         check_pyg_module(build(), np.ones((6, 4)), EDGES)
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "name", ["GATConv edges", "GATv2Conv edges, sum fill, residual", "TransformerConv edges, beta"]
+)
+def test_the_empty_graph_agrees_with_pyg(name: str) -> None:
+    # num_nodes = 0: PyG returns an empty output, and so do we, with zero gradients
+    module = _randomised(MODULES[name]())
+    result, _ = check_pyg_module(
+        module, np.zeros((0, 4)), np.zeros((2, 0), dtype=np.int64), np.zeros((0, 2))
+    )
+    assert result.passed, result.table(name)
+    width = module.out_channels * (module.heads if module.concat else 1)
+    assert next(t for t in result.tensors if t.name == "out").shape == (0, width)

@@ -19,6 +19,7 @@ and NodeFormerConv against the torch formulations of ``tests/nn/gat/test_conv_to
 from __future__ import annotations
 
 import types
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -64,7 +65,14 @@ def pyg_module(layer: GATConv | TransformerConv) -> object:
             root_weight=layer.root_weight,
         )
     else:
-        gat = {"negative_slope": layer.negative_slope, "add_self_loops": layer.add_self_loops}
+        fill = layer.fill_value
+        gat = {
+            "negative_slope": layer.negative_slope,
+            "add_self_loops": layer.add_self_loops,
+            "edge_dim": layer.edge_dim,
+            "fill_value": torch.tensor(fill) if isinstance(fill, tuple) else fill,
+            "residual": layer.residual,
+        }
         if layer.version == "v1":
             module = pyg_gat.GATConv(*sizes, **common, **gat)
         else:
@@ -72,13 +80,14 @@ def pyg_module(layer: GATConv | TransformerConv) -> object:
     return module.double()
 
 
-def randomise(module: object, seed: int) -> None:
-    """Every parameter ~ N(0, 1) (shared ones once); GATv2's projection biases zero."""
+def randomise(module: object, seed: int, projection_bias: bool = False) -> None:
+    """Every parameter ~ N(0, 1) (shared ones once); GATv2's projection biases zero unless
+    the layer they are for has ``projection_bias``."""
     rng = np.random.default_rng(seed)
     with torch.no_grad():
         for name, value in module.named_parameters():
-            if isinstance(module, pyg_gatv2.GATv2Conv) and name.endswith(".bias"):
-                value.zero_()  # lin_l.bias, lin_r.bias: refimpl's GATv2 has none
+            if name in ("lin_l.bias", "lin_r.bias") and not projection_bias:
+                value.zero_()  # lin_l.bias, lin_r.bias: the papers' GATv2 has none
             else:
                 value.copy_(torch.from_numpy(rng.standard_normal(tuple(value.shape))))
 
@@ -113,8 +122,9 @@ def run_pyg(module: object, x: np.ndarray, graph: Graph, d_out: np.ndarray, **in
         t_out, (t_edges, t_alpha) = module(*args, return_attention_weights=True)
     t_out.backward(torch.from_numpy(d_out))
     grads = {"x": t_x.grad.numpy()}
-    if t_edge_attr is not None:
-        grads["edge_attr"] = t_edge_attr.grad.numpy()
+    if t_edge_attr is not None:  # no grad where no edge read it (GATv1 skips E = 0)
+        grad = t_edge_attr.grad
+        grads["edge_attr"] = np.zeros(edge_attr.shape) if grad is None else grad.numpy()
     for key, value in module.state_dict(keep_vars=True).items():
         # unused parameters (lin_skip without root_weight) get no gradient
         grads[key] = np.zeros(tuple(value.shape)) if value.grad is None else value.grad.numpy()
@@ -126,9 +136,10 @@ def theirs_under_our_names(layer: object, grads: dict) -> dict:
     """PyG's gradients keyed like our parameters, through ``from_pyg``."""
     state = {k: v for k, v in grads.items() if k not in ("x", "edge_attr")}
     if isinstance(layer, GATConv) and layer.version == "v2" and layer.bias:
-        # PyG's lin_l/lin_r biases are held at zero for us: no counterpart, nothing to compare
-        state["lin_l.bias"] = np.zeros_like(state["lin_l.bias"])
-        state["lin_r.bias"] = np.zeros_like(state["lin_r.bias"])
+        if not layer.projection_bias:
+            # PyG's lin_l/lin_r biases held at zero for the papers' GATv2: nothing to compare
+            state["lin_l.bias"] = np.zeros_like(state["lin_l.bias"])
+            state["lin_r.bias"] = np.zeros_like(state["lin_r.bias"])
     theirs = from_pyg(layer, state)
     theirs["x"] = grads["x"]
     if "edge_attr" in grads:
@@ -186,13 +197,23 @@ def gat_cases(draw: st.DrawFn) -> tuple:
         add_self_loops=draw(st.booleans()),
         bias=draw(st.booleans()),
         dropout=draw(st.sampled_from([0.0, 0.4])),
+        residual=draw(st.booleans()),
     )
+    edge_dim = draw(st.sampled_from([None, 1, 2]))
+    if edge_dim is not None:  # PyG's edge features, with every fill of the added loops
+        fill = draw(st.sampled_from(["mean", "add", "sum", "max", "min", "mul", -0.5, "vector"]))
+        fill = tuple(np.linspace(-1, 1, edge_dim)) if fill == "vector" else fill
+        layer = replace(layer, edge_dim=edge_dim, fill_value=fill)
+    if layer.version == "v2" and layer.bias:  # PyG's lin_l, lin_r biases: as trained, or zero
+        layer = replace(layer, projection_bias=draw(st.booleans()))
     seed = draw(seeds())
     module = pyg_module(layer)
-    randomise(module, seed)
+    randomise(module, seed, layer.projection_bias)
     rng = np.random.default_rng(seed + 1)
     x = rng.standard_normal((graph.num_nodes, layer.in_channels))
     kwargs = {}
+    if edge_dim is not None:  # continuous: no ties in a max or min (tests/ops/test_loop_fill.py)
+        kwargs["edge_attr"] = rng.standard_normal((graph.num_edges, edge_dim))
     if layer.dropout:
         num_edges = layer.prepare_graph(graph).num_edges
         kwargs["attn_dropout_mask"] = rng.random((num_edges, layer.heads)) >= layer.dropout
@@ -244,6 +265,20 @@ def test_state_dict_keys_shapes_and_order_are_pygs(layer: object, seed: int) -> 
     assert all(np.array_equal(back[k], params[k]) for k in params)
 
 
+@given(case=gat_cases())
+def test_gat_options_state_dict_keys_shapes_and_order_are_pygs(case: tuple) -> None:
+    # edge_dim (lin_edge, att_edge), residual (res), projection biases: PyG's own tensors
+    # first (att*, bias), then its submodules' (lin*, lin_edge, res)
+    layer, module, *_ = case
+    expected = {k: tuple(v.shape) for k, v in module.state_dict().items()}
+    assert list(pyg_shapes(layer).items()) == list(expected.items())
+    params = layer.init_params(np.random.default_rng(0))
+    exported = {k: torch.from_numpy(v) for k, v in to_pyg(layer, params).items()}
+    module.load_state_dict(exported, strict=True)
+    back = from_pyg(layer, module.state_dict())
+    assert all(np.array_equal(back[k], params[k]) for k in params)
+
+
 def test_float32_modules_stay_float32_and_tensors_are_copied() -> None:
     module = pyg_gatv2.GATv2Conv(3, 2, heads=2, bias=False)  # float32, PyG's default
     params = from_pyg(GATConv(3, 2, heads=2, version="v2", bias=False), module.state_dict())
@@ -257,6 +292,9 @@ def test_gatv2_bias_refusal_on_a_real_module() -> None:
     module = pyg_gatv2.GATv2Conv(3, 2, heads=2)  # bias=True: random lin_l/lin_r biases
     with pytest.raises(ValueError, match=r"lin_l\.bias is not zero"):
         from_pyg(GATConv(3, 2, heads=2, version="v2"), module.state_dict())
+    biased = GATConv(3, 2, heads=2, version="v2", projection_bias=True)
+    params = from_pyg(biased, module.state_dict())
+    np.testing.assert_array_equal(params["b_s"], module.lin_l.bias.detach().numpy())
 
 
 def test_prefixed_model_state_dict() -> None:
