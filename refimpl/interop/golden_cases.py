@@ -113,7 +113,14 @@ def _graph_inputs(rng: np.random.Generator, width: int, edge_dim: int | None = N
 
 
 def _gat_conv(block: GATConv, rng: np.random.Generator) -> CaseData:
-    inputs = _graph_inputs(rng, block.in_channels)
+    inputs = _graph_inputs(rng, block.in_channels, block.edge_dim)
+    if block.edge_dim is not None:  # edge features: one row per edge of the graph given
+        return CaseData(
+            inputs,
+            ("input/x", "graph"),
+            ("x", "edge_attr"),
+            array_kwargs={"edge_attr": "input/edge_attr"},
+        )
     if not block.dropout:
         return CaseData(inputs, ("input/x", "graph"), ("x",))
     attended = block.prepare_graph(Graph(_EDGES, _NUM_NODES)).num_edges  # E' with the loops
@@ -263,6 +270,16 @@ CASES: tuple[GoldenCase, ...] = (
     _case("gatconv_v1_attention_dropout", GATConv, _gat_conv,
           "GATv1 training with attention dropout, keep-mask given", in_channels=4,
           out_channels=3, heads=2, dropout=0.4),
+    # PyG's options beyond the papers (issue 22): edge features with the added loops' fill
+    # (the graph's self-loop 4 -> 4 is dropped with its features), GATv2's projection biases
+    _case("gatconv_v1_edge_features", GATConv, _gat_conv,
+          "GATv1 with edge features (PyG edge_dim), the added loops' features the mean of "
+          "each node's incoming ones", in_channels=4, out_channels=3, heads=2, edge_dim=2),
+    _case("gatconv_v2_edge_features_max_fill_biases", GATConv, _gat_conv,
+          "GATv2 as PyG's defaults train it: projection biases, edge features, the added "
+          "loops' features the max of each node's incoming ones, residual", in_channels=4,
+          out_channels=3, heads=2, version="v2", edge_dim=3, fill_value="max",
+          projection_bias=True, residual=True),
     _case("transformerconv", TransformerConv, _transformer_conv, "UniMP / PyG TransformerConv",
           in_channels=4, out_channels=3, heads=2),
     _case("transformerconv_edge_beta_root", TransformerConv, _transformer_conv,

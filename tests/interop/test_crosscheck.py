@@ -35,8 +35,50 @@ def test_readme_example_exports_from_pyg_and_passes(tmp_path, monkeypatch, capsy
     assert main(["crosscheck", "gat_crosscheck.npz"]) == 0
     printed = capsys.readouterr().out
     assert "PASS" in printed
-    for name in ("out", "grad/input/x", "grad/param/W", "grad/param/att_src", "grad/param/bias"):
+    for name in ("out", "grad/input/x", "grad/input/edge_attr", "grad/param/b_s", "grad/param/W_e"):
         assert name in printed
+
+
+README_LAYER = "conv = GATv2Conv(5, 3, heads=2, edge_dim=2)"
+README_KWARGS = '"kwargs": {"in_channels": 5, "out_channels": 3, "heads": 2, "edge_dim": 2},'
+
+
+@pytest.mark.parametrize(
+    ("layer", "kwargs"),
+    [
+        ("GATConv", {"edge_dim": 2, "fill_value": "max", "residual": True}),
+        ("GATConv", {"edge_dim": 2, "add_self_loops": False, "concat": False}),
+        ("GATv2Conv", {"edge_dim": 2, "fill_value": "mul", "share_weights": True}),
+        ("GATv2Conv", {"edge_dim": 2, "fill_value": 0.5, "bias": False, "residual": True}),
+        ("TransformerConv", {"edge_dim": 2, "beta": True, "concat": False}),
+    ],
+)
+def test_the_readme_export_of_trained_pyg_layers_passes_and_a_perturbed_one_fails(
+    layer: str, kwargs: dict, tmp_path, monkeypatch, capsys
+) -> None:
+    # Issue 22's acceptance: a PyG module with PyG's defaults and the options above, every
+    # parameter redrawn (the snippet does that), exported by the README's snippet, passes;
+    # the same file with its output off by 1e-6 relative fails.
+    pytest.importorskip("torch")
+    pytest.importorskip("torch_geometric")
+    snippet = readme_export_example()
+    assert README_LAYER in snippet and README_KWARGS in snippet
+    constructor = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+    config = repr({"in_channels": 5, "out_channels": 3, "heads": 2, **kwargs})
+    snippet = (
+        snippet.replace("import GATv2Conv", f"import {layer}")
+        .replace(README_LAYER, f"conv = {layer}(5, 3, heads=2, {constructor})")
+        .replace(README_KWARGS, f'"kwargs": {config},')
+        .replace('"layer": "GATv2Conv"', f'"layer": "{layer}"')
+    )
+    monkeypatch.chdir(tmp_path)
+    exec(compile(snippet, str(README), "exec"), {"__name__": "readme_example"})
+    assert main(["crosscheck", "gat_crosscheck.npz"]) == 0, capsys.readouterr().out
+    arrays = dict(np.load("gat_crosscheck.npz"))
+    arrays["output/out"] = arrays["output/out"] * (1 + 1e-6)
+    np.savez("perturbed.npz", **arrays)
+    assert main(["crosscheck", "perturbed.npz"]) == 1
+    assert re.search(r"^out .* NO$", capsys.readouterr().out, flags=re.MULTILINE)
 
 
 def write_file(path: Path, layer, params, x, graph, edge_attr=None, framework="refimpl", **extra):
