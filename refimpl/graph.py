@@ -5,6 +5,13 @@ Row 0 of ``edge_index`` holds the source ``u`` (``src``), row 1 the target
 ``N(v) = {u : (u, v) in E}``, its *incoming* edges. Duplicate edges are kept
 (each is its own term of every sum), as in PyG.
 
+A *bipartite* graph (``num_dst_nodes`` given, PyG's ``size=(N_src, N_dst)``) has a second node
+set for the targets: ``edge_index[0]`` indexes ``N_src`` source nodes, ``edge_index[1]``
+``N_dst`` target nodes (PyG's message passing with ``x = (x_src, x_dst)``, as in a sampled
+mini-batch whose targets are the first ``N_dst`` sources). Its self-loops are PyG's: an edge
+``u -> v`` with ``u == v`` as indices, and ``add_self_loops`` appends ``(v, v)`` for the
+``min(N_src, N_dst)`` nodes both sets have.
+
 A ``Graph`` is immutable. Operations (``add_self_loops``, ...) return a new one;
 derived structures (segments for aggregation, the copies on another backend)
 are computed on first use and cached. Its arrays cannot be changed from outside:
@@ -41,7 +48,11 @@ class Graph:
         ``[0, num_nodes)``. A NumPy or CuPy array (or a nested list of ints).
     num_nodes : int
         ``N >= 0``; nodes without edges are allowed (isolated nodes), and so is the empty
-        graph (``N = 0``, as PyG: layers give empty outputs on it).
+        graph (``N = 0``, as PyG: layers give empty outputs on it). For a bipartite graph,
+        the number of source nodes.
+    num_dst_nodes : int, optional
+        Makes the graph bipartite: the number of target nodes (``>= 0``), which
+        ``edge_index[1]`` indexes. None (default): the targets are the ``num_nodes`` nodes.
 
     Raises
     ------
@@ -52,12 +63,11 @@ class Graph:
         Wrong shape, an index out of range or negative, or ``num_nodes < 0``.
     """
 
-    def __init__(self, edge_index: Any, num_nodes: int) -> None:
-        if isinstance(num_nodes, bool) or not isinstance(num_nodes, (int, np.integer)):
-            raise TypeError(f"num_nodes must be an int, got {type(num_nodes).__name__}")
-        num_nodes = int(num_nodes)
-        if num_nodes < 0:
-            raise ValueError(f"num_nodes must be >= 0, got {num_nodes}")
+    def __init__(self, edge_index: Any, num_nodes: int, num_dst_nodes: int | None = None) -> None:
+        num_nodes = _node_count(num_nodes, "num_nodes")
+        num_targets = num_nodes
+        if num_dst_nodes is not None:
+            num_targets = _node_count(num_dst_nodes, "num_dst_nodes")
         if not is_array(edge_index):
             edge_index = np.asarray(edge_index)
             if edge_index.size == 0:  # [] or [[], []]: no edges
@@ -74,22 +84,28 @@ class Graph:
                 "convert with edge_index.astype(int) after checking the values are whole"
             )
         if edge_index.shape[1]:
-            low, high = int(edge_index.min()), int(edge_index.max())
+            low = int(edge_index.min())
             if low < 0:
                 raise ValueError(
                     f"edge_index contains a negative node index ({low}); "
                     f"node indices must lie in [0, num_nodes) = [0, {num_nodes})"
                 )
-            if high >= num_nodes:
-                raise ValueError(
-                    f"edge_index contains node index {high}, out of range for num_nodes="
-                    f"{num_nodes}; indices must lie in [0, {num_nodes})"
-                )
+            bounds = ((0, num_nodes, "num_nodes"), (1, num_targets, "num_dst_nodes"))
+            for row, count, name in bounds:
+                high = int(edge_index[row].max())
+                if high >= count:
+                    which = "" if num_dst_nodes is None else (" source", " target")[row]
+                    name = "num_nodes" if num_dst_nodes is None else name
+                    raise ValueError(
+                        f"edge_index contains{which} node index {high}, out of range for "
+                        f"{name}={count}; indices must lie in [0, {count})"
+                    )
         # One copy (astype copies by default), C-ordered: the caller changing its array
         # must not change this graph behind its validation and cached segments.
         self._edge_index = edge_index.astype(xp.int64, order="C")
         _freeze(self._edge_index)
         self._num_nodes = num_nodes
+        self._num_dst_nodes = num_dst_nodes if num_dst_nodes is None else num_targets
         self._cache: dict[Any, Any] = {}
 
     # -- basic views ---------------------------------------------------------------
@@ -101,14 +117,31 @@ class Graph:
 
     @property
     def num_nodes(self) -> int:
+        """``N``: the nodes (of a bipartite graph, its sources)."""
         return self._num_nodes
+
+    @property
+    def num_dst_nodes(self) -> int:
+        """The targets: ``num_nodes`` unless the graph is bipartite."""
+        return self._num_nodes if self._num_dst_nodes is None else self._num_dst_nodes
+
+    @property
+    def is_bipartite(self) -> bool:
+        """Whether the targets are a second node set (``num_dst_nodes`` was given)."""
+        return self._num_dst_nodes is not None
+
+    def _like(self, edge_index: Any, num_nodes: int | None = None) -> Graph:
+        """A graph on this one's node sets with other edges."""
+        return Graph(edge_index, self.num_nodes if num_nodes is None else num_nodes,
+                     self._num_dst_nodes)  # fmt: skip
 
     @property
     def num_edges(self) -> int:
         return int(self._edge_index.shape[1])
 
     def __repr__(self) -> str:
-        return f"Graph(num_nodes={self.num_nodes}, num_edges={self.num_edges})"
+        targets = f", num_dst_nodes={self.num_dst_nodes}" if self.is_bipartite else ""
+        return f"Graph(num_nodes={self.num_nodes}{targets}, num_edges={self.num_edges})"
 
     def _cached(self, key: Any, build: Any) -> Any:
         if key not in self._cache:
@@ -147,14 +180,14 @@ class Graph:
     def dst_segments(self, xp: Any) -> Segments:
         """Edges grouped by target node ``v``: the neighbourhoods ``N(v)`` (``index = dst``)."""
         return self._cached(
-            ("dst", xp.__name__), lambda: Segments(self._edge_index_on(xp)[1], self.num_nodes)
+            ("dst", xp.__name__), lambda: Segments(self._edge_index_on(xp)[1], self.num_dst_nodes)
         )
 
     # -- degrees ---------------------------------------------------------------------
     def in_degree(self) -> Any:
         """``|N(v)|`` per node, ``(N,)`` int: incoming edges, duplicates and self-loops counted."""
         xp = get_array_module(self._edge_index)
-        return xp.bincount(self._edge_index[1], minlength=self.num_nodes)
+        return xp.bincount(self._edge_index[1], minlength=self.num_dst_nodes)
 
     def out_degree(self) -> Any:
         """Outgoing edges per node, ``(N,)`` int."""
@@ -169,7 +202,7 @@ class Graph:
     def remove_self_loops(self) -> Graph:
         """A graph without the edges ``(v, v)`` (PyG ``remove_self_loops``)."""
         return self._cached(
-            "no_loops", lambda: Graph(self._edge_index[:, ~self.is_self_loop()], self.num_nodes)
+            "no_loops", lambda: self._like(self._edge_index[:, ~self.is_self_loop()])
         )
 
     def add_self_loops(self) -> Graph:
@@ -177,13 +210,15 @@ class Graph:
 
         Existing self-loops are kept, so a node that had one gets two; the
         attention layers call ``remove_self_loops().add_self_loops()`` first, as
-        PyG's ``GATConv`` does, so each node gets exactly one.
+        PyG's ``GATConv`` does, so each node gets exactly one. A bipartite graph gets
+        loops for the ``min(num_nodes, num_dst_nodes)`` nodes both sets have (PyG's).
         """
 
         def build() -> Graph:
             xp = get_array_module(self._edge_index)
-            loops = xp.broadcast_to(xp.arange(self.num_nodes, dtype=xp.int64), (2, self.num_nodes))
-            return Graph(xp.concatenate([self._edge_index, loops], axis=1), self.num_nodes)
+            count = min(self.num_nodes, self.num_dst_nodes)
+            loops = xp.broadcast_to(xp.arange(count, dtype=xp.int64), (2, count))
+            return self._like(xp.concatenate([self._edge_index, loops], axis=1))
 
         return self._cached("with_loops", build)
 
@@ -194,6 +229,7 @@ class Graph:
         node ``nodes[i]`` becomes node ``i`` (PyG ``subgraph(..., relabel_nodes=True)``,
         edges kept in their order, duplicates and self-loops included).
         """
+        self._refuse_bipartite("subgraph")
         xp = get_array_module(self._edge_index)
         nodes = xp.asarray(nodes)
         if nodes.ndim != 1 or nodes.dtype.kind not in "iu" or nodes.size == 0:
@@ -250,6 +286,7 @@ class Graph:
 
     def to_dense_adjacency(self) -> Any:
         """Dense ``(N, N)`` edge counts ``A[u, v] = #edges u -> v`` (small graphs only)."""
+        self._refuse_bipartite("to_dense_adjacency")
         if self.num_nodes > _DENSE_LIMIT:
             raise ValueError(
                 f"to_dense_adjacency is for small graphs (num_nodes <= {_DENSE_LIMIT}); "
@@ -266,7 +303,19 @@ class Graph:
 
         if backend_name(get_array_module(self._edge_index)) == backend:
             return self
-        return Graph(asarray(self._edge_index, backend=backend), self.num_nodes)
+        return self._like(asarray(self._edge_index, backend=backend))
+
+    def _refuse_bipartite(self, operation: str) -> None:
+        if self.is_bipartite:
+            raise ValueError(f"{operation} is for graphs on one node set; this one is bipartite")
+
+
+def _node_count(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if int(value) < 0:
+        raise ValueError(f"{name} must be >= 0, got {int(value)}")
+    return int(value)
 
 
 def _freeze(array: Any) -> None:

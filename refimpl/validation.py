@@ -21,6 +21,7 @@ __all__ = [
     "NonFiniteError",
     "all_finite",
     "check_array",
+    "check_bipartite_inputs",
     "check_block_inputs",
     "check_cotangent",
     "check_finite",
@@ -183,16 +184,45 @@ def check_like(
 
 
 def check_graph_rows(x: Any, graph: Any) -> None:
-    """``graph`` is a :class:`refimpl.Graph` with one node per row of ``x``."""
+    """``graph`` is a :class:`refimpl.Graph` on one node set with one node per row of ``x``."""
     from refimpl.graph import Graph  # graph.py sits above this module's users
 
     if not isinstance(graph, Graph):
         raise TypeError(f"graph must be a refimpl.Graph, got {type(graph).__name__}")
+    if graph.is_bipartite:
+        raise ValueError(
+            f"the graph is bipartite ({graph.num_nodes} sources, {graph.num_dst_nodes} "
+            "targets): pass x as a pair (x_src, x_dst), to a layer that takes one (GATConv, "
+            "TransformerConv)"
+        )
     if x.shape[0] != graph.num_nodes:
         raise ValueError(
             f"x has {x.shape[0]} rows but the graph has {graph.num_nodes} nodes; "
             "x must hold one feature row per node"
         )
+
+
+def check_bipartite_inputs(x: Any, graph: Any, owner: str) -> None:
+    """``x`` is a pair ``(x_src, x_dst)`` of arrays with one row per source and per target
+    node of ``graph``."""
+    from refimpl.graph import Graph
+
+    if not isinstance(graph, Graph):
+        raise TypeError(f"graph must be a refimpl.Graph, got {type(graph).__name__}")
+    if len(x) != 2 or not all(is_array(side) for side in x):
+        raise TypeError(f"{owner}: x must be one array or a pair of arrays (x_src, x_dst)")
+    for side, rows, what in ((x[0], graph.num_nodes, "sources"),
+                             (x[1], graph.num_dst_nodes, "targets")):  # fmt: skip
+        if getattr(side, "ndim", 0) != 2 or side.shape[0] != rows:
+            name = "x_src" if what == "sources" else "x_dst"
+            raise ValueError(
+                f"{name} has shape {tuple(side.shape)} but the graph has {rows} {what}; "
+                f"{name} must hold one feature row per node (Graph(edge_index, num_src, "
+                "num_dst_nodes=num_dst) for a bipartite graph)"
+            )
+    get_array_module(*x)  # TypeError if on two backends
+    if x[0].dtype != x[1].dtype:
+        raise TypeError(f"x_src has dtype {x[0].dtype} but x_dst {x[1].dtype}; cast one")
 
 
 def check_optional_input(
@@ -239,14 +269,19 @@ def check_keys(given: Mapping[str, Any], expected: list[str], problem: str, fix:
 
 
 def check_block_inputs(
-    params: Any, shapes: Mapping[str, tuple], owner: str, x: Any, in_features: int
+    params: Any,
+    shapes: Mapping[str, tuple],
+    owner: str,
+    x: Any,
+    in_features: int,
+    name: str = "x",
 ) -> ModuleType:
-    """A block's parameters and its input ``x`` (N, in_features): keys, shapes, finiteness,
-    one backend, one dtype. Returns the array module."""
+    """A block's parameters and its input ``x`` (N, in_features), called ``name`` in messages:
+    keys, shapes, finiteness, one backend, one dtype. Returns the array module."""
     check_params(params, shapes, owner)
-    xp = check_input(x, "x", shape=(None, in_features))
+    xp = check_input(x, name, shape=(None, in_features))
     get_array_module(x, *params.values())  # TypeError if x and params are on two backends
-    check_same_dtype(params, x, "x")
+    check_same_dtype(params, x, name)
     return xp
 
 

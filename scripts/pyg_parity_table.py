@@ -3,8 +3,9 @@
 For every PyG configuration refimpl checks (``GATConv``, ``GATv2Conv``, ``TransformerConv``
 with the PyG options each takes), ``--draws`` random cases: a graph of 1-12 nodes with
 isolated nodes, duplicate edges and self-loops (and, in one draw of eight, no node at all),
-features, edge features and a cotangent standard normal, and every parameter of the PyG
-module redrawn (a trained model, not PyG's initial values). Each case goes through
+features (a pair ``(x_src, x_dst)`` for the bipartite rows), edge features and a cotangent
+standard normal, and every parameter of the PyG module redrawn (a trained model, not PyG's
+initial values). Each case goes through
 :func:`refimpl.interop.check_pyg_module` (float64; the tolerances of ``refimpl crosscheck``:
 outputs 1e-12, gradients 1e-10); the table gives, per configuration, the worst relative
 error of the output and of all gradients over the draws, and how many draws failed.
@@ -40,6 +41,16 @@ CONFIGURATIONS: dict[str, tuple[str, dict[str, Any]]] = {
     "GATv2Conv edge_dim, fill 'add'": ("GATv2Conv", {"edge_dim": 3, "fill_value": "add"}),
     "GATv2Conv edge_dim, fill 'mul'": ("GATv2Conv", {"edge_dim": 3, "fill_value": "mul"}),
     "GATv2Conv edge_dim, fill tensor": ("GATv2Conv", {"edge_dim": 3, "fill_value": "tensor"}),
+    "GATConv bipartite (4, 3)": ("GATConv", {"in_channels": (4, 3)}),
+    "GATConv bipartite, edge_dim, fill 'max', residual": (
+        "GATConv",
+        {"in_channels": (4, 3), "edge_dim": 3, "fill_value": "max", "residual": True},
+    ),
+    "GATv2Conv bipartite (4, 3)": ("GATv2Conv", {"in_channels": (4, 3)}),
+    "GATv2Conv shared, x a pair": (
+        "GATv2Conv",
+        {"in_channels": 4, "share_weights": True, "pair": True},
+    ),
     "TransformerConv (defaults)": ("TransformerConv", {}),
     "TransformerConv edge_dim, beta": ("TransformerConv", {"edge_dim": 3, "beta": True}),
     "TransformerConv no root_weight, no bias": (
@@ -51,27 +62,31 @@ CONFIGURATIONS: dict[str, tuple[str, dict[str, Any]]] = {
 
 def build(torch: Any, pyg_nn: Any, layer: str, kwargs: dict, rng: np.random.Generator) -> Any:
     """The PyG module, every parameter redrawn standard normal (in PyG's float32)."""
-    kwargs = dict(kwargs)
+    kwargs = {k: v for k, v in kwargs.items() if k != "pair"}
     if kwargs.get("fill_value") == "tensor":
         kwargs["fill_value"] = torch.tensor(rng.standard_normal(kwargs["edge_dim"]))
     heads = int(rng.integers(1, 4))
-    module = getattr(pyg_nn, layer)(4, 3, heads=heads, **kwargs)
+    in_channels = kwargs.pop("in_channels", 4)
+    module = getattr(pyg_nn, layer)(in_channels, 3, heads=heads, **kwargs)
     with torch.no_grad():
         for parameter in module.parameters():
             parameter.copy_(torch.from_numpy(rng.standard_normal(tuple(parameter.shape))))
     return module
 
 
-def draw_graph(rng: np.random.Generator) -> tuple[int, np.ndarray]:
-    """``(N, edge_index)``: isolated nodes, duplicates and self-loops as they fall; N = 0 in
-    one draw of eight."""
+def draw_graph(rng: np.random.Generator, bipartite: bool = False) -> tuple[int, int, np.ndarray]:
+    """``(N_src, N_dst, edge_index)``: isolated nodes, duplicates and self-loops as they fall;
+    no node in one draw of eight. Bipartite: ``N_dst <= N_src`` targets (a sampled
+    mini-batch's; PyG's loop features fail with more targets than sources)."""
     if rng.random() < 1 / 8:
-        return 0, np.zeros((2, 0), dtype=np.int64)
+        return 0, 0, np.zeros((2, 0), dtype=np.int64)
     n = int(rng.integers(1, 13))
-    edges = rng.integers(0, n, size=(2, int(rng.integers(0, 3 * n + 1))))
+    n_dst = int(rng.integers(1, n + 1)) if bipartite else n
+    count = int(rng.integers(0, 3 * n + 1))
+    edges = np.stack([rng.integers(0, n, size=count), rng.integers(0, n_dst, size=count)])
     if edges.shape[1] and rng.random() < 0.5:  # a duplicate edge
         edges = np.concatenate([edges, edges[:, :1]], axis=1)
-    return n, edges
+    return n, n_dst, edges
 
 
 def measure(check: Callable, torch: Any, pyg_nn: Any, draws: int, seed: int) -> list[dict]:
@@ -83,8 +98,14 @@ def measure(check: Callable, torch: Any, pyg_nn: Any, draws: int, seed: int) -> 
         start = time.perf_counter()
         for _ in range(draws):
             module = build(torch, pyg_nn, layer, kwargs, rng)
-            n, edge_index = draw_graph(rng)
-            x = rng.standard_normal((n, 4))
+            sizes = kwargs.get("in_channels", 4)
+            pair = isinstance(sizes, tuple) or kwargs.get("pair", False)
+            n, n_dst, edge_index = draw_graph(rng, pair)
+            if pair:  # x = (x_src, x_dst)
+                widths = sizes if isinstance(sizes, tuple) else (sizes, sizes)
+                x = (rng.standard_normal((n, widths[0])), rng.standard_normal((n_dst, widths[1])))
+            else:
+                x = rng.standard_normal((n, 4))
             edge_dim = kwargs.get("edge_dim")
             edge_attr = None if edge_dim is None else rng.standard_normal((edge_index.shape[1],
                                                                            edge_dim))  # fmt: skip

@@ -39,6 +39,22 @@ def graphs(
     return Graph(edge_index, num_nodes)
 
 
+@st.composite
+def bipartite_graphs(
+    draw: st.DrawFn, max_src: int = 6, max_dst: int = 5, max_edges: int = 14
+) -> Graph:
+    """Bipartite graphs (sources and targets two node sets, PyG's ``size=(N_src, N_dst)``):
+    isolated nodes on either side, duplicate edges, and edges ``i -> i`` (self-loops in
+    PyG's sense, which a layer with ``add_self_loops`` replaces)."""
+    num_src, num_dst = draw(st.integers(1, max_src)), draw(st.integers(1, max_dst))
+    edge = st.tuples(st.integers(0, num_src - 1), st.integers(0, num_dst - 1))
+    edges = draw(st.lists(edge, max_size=max_edges))
+    if edges and draw(st.booleans()):  # force a duplicate edge
+        edges.append(edges[draw(st.integers(0, len(edges) - 1))])
+    edge_index = np.array(edges, dtype=np.int64).reshape(-1, 2).T
+    return Graph(edge_index, num_src, num_dst_nodes=num_dst)
+
+
 def seeds() -> st.SearchStrategy[int]:
     """A seed for ``numpy.random.default_rng`` that fills the values of a drawn structure."""
     return st.integers(0, 2**32 - 1)

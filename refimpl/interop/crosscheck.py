@@ -14,11 +14,16 @@ key                    shape, dtype              meaning
 ``input/x``            (N, in) float             node features
 ``input/edge_index``   (2, E) int                row 0 sources, row 1 targets (PyG's
                                                  convention), as passed to the layer
+``input/x_src``,       (N_src, F_src), (N_dst,   a bipartite layer's inputs in place of ``input/x``
+``input/x_dst``        F_dst) float              (PyG's ``x = (x_src, x_dst)``; ``kwargs``'
+                                                 ``in_channels`` a 2-list)
 ``input/edge_attr``    (E, edge_dim) float       edge features (a layer with ``edge_dim``)
 ``output/out``         float                     the other implementation's output
 ``cotangent``          shaped like ``out``       ``c`` of the scalar loss ``L = sum(c * out)``
 ``grad/input/x``       like ``input/x``          ``dL/dx`` (optional, as every ``grad/``)
 ``grad/input/edge_attr``                         ``dL/d edge_attr``
+``grad/input/x_src``,  like the inputs           ``dL/d x_src``, ``dL/d x_dst`` (bipartite)
+``grad/input/x_dst``
 ``grad/param/<name>``  like ``param/<name>``     ``dL/d param``, under the parameters' names
 =====================  ========================  ===========================================
 
@@ -61,7 +66,6 @@ from refimpl.interop.compare import Comparison, compare_tensors
 from refimpl.interop.pyg import from_pyg
 from refimpl.interop.pyg_layouts import NEWEST, Entry, detect_gat_v1_layout, layout_entries
 from refimpl.nn import GATConv, TransformerConv
-from refimpl.testing.gradcheck import as_tuple
 from refimpl.testing.tolerances import FORWARD_RTOL, GRADIENT_RTOL
 from refimpl.validation import check_nonnegative_number
 
@@ -155,7 +159,9 @@ def crosscheck_arrays(
     ``config`` entry a JSON string); ``source`` names them in error messages."""
     if rtol is not None:
         check_nonnegative_number(rtol, "rtol")
-    for key in ("config", "input/x", "input/edge_index", "output/out"):
+    bipartite = "input/x_src" in arrays or "input/x_dst" in arrays
+    features = ("input/x_src", "input/x_dst") if bipartite else ("input/x",)
+    for key in ("config", *features, "input/edge_index", "output/out"):
         if key not in arrays:
             raise CrosscheckError(f"{source} has no {key!r} entry (see refimpl.interop.crosscheck)")
     try:
@@ -164,18 +170,23 @@ def crosscheck_arrays(
         raise CrosscheckError(f"config is not JSON: {err}") from err
     layer = layer_from_config(config)
     pyg = config.get("framework", "pyg") == "pyg"
-    x = arrays["input/x"]
+    x = arrays[features[0]]
     if rtol is not None:
         out_rtol = grad_rtol = rtol
     elif x.dtype in TOLERANCES:
         out_rtol, grad_rtol = TOLERANCES[x.dtype]
     else:
-        raise CrosscheckError(f"input/x has dtype {x.dtype}; use float32 or float64")
+        raise CrosscheckError(f"{features[0]} has dtype {x.dtype}; use float32 or float64")
     notes: list[str] = []
     given = {k.removeprefix("param/"): v for k, v in arrays.items() if k.startswith("param/")}
     params = from_pyg(layer, given) if pyg else given
-    graph = Graph(arrays["input/edge_index"], x.shape[0])
-    inputs: list[Any] = [x, graph]
+    if bipartite:  # sources and targets: two node sets
+        x_dst = arrays["input/x_dst"]
+        graph = Graph(arrays["input/edge_index"], x.shape[0], num_dst_nodes=x_dst.shape[0])
+        inputs: list[Any] = [(x, x_dst), graph]
+    else:
+        graph = Graph(arrays["input/edge_index"], x.shape[0])
+        inputs = [x, graph]
     if "input/edge_attr" in arrays:
         inputs.append(arrays["input/edge_attr"])
     try:
@@ -199,8 +210,12 @@ def crosscheck_arrays(
                 "save the cotangent in the dtype of the run"
             )
         d_inputs, d_params = layer.backward(params, cache, cotangent)
-        d_inputs = as_tuple(d_inputs, len(inputs) - 1)  # x and edge_attr: the graph has none
-        ours_grads = {"input/x": d_inputs[0]}
+        # x (a pair for a bipartite layer) and edge_attr: the graph has none
+        d_inputs = (d_inputs,) if len(inputs) == 2 else tuple(d_inputs)
+        if bipartite:
+            ours_grads = {"input/x_src": d_inputs[0][0], "input/x_dst": d_inputs[0][1]}
+        else:
+            ours_grads = {"input/x": d_inputs[0]}
         if len(d_inputs) > 1:
             ours_grads["input/edge_attr"] = d_inputs[1]
         their_params = {

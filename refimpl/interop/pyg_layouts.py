@@ -101,9 +101,16 @@ def _bias_entry(layer: GATConv | TransformerConv, key: str = "bias", ours: str =
 def _gat_entries(layer: GATConv, layout: str) -> list[Entry]:
     """In PyG's state-dict order: the module's own tensors (attention vectors, bias), then its
     submodules' (the projections, ``lin_edge``, ``res``)."""
-    h, c, n_in = layer.heads, layer.out_channels, layer.in_channels
+    h, c = layer.heads, layer.out_channels
+    pair = isinstance(layer.in_channels, tuple)
+    n_in, n_dst = layer.in_channels if pair else (layer.in_channels, layer.in_channels)
     weight, att = (h * c, n_in), (1, h, c)
     weight_words = "(heads * out_channels, in_channels)"
+    if pair:  # bipartite: the sources' width first, the targets' second
+        weight_words = "(heads * out_channels, in_channels[0])"
+        target, target_words = (h * c, n_dst), "(heads * out_channels, in_channels[1])"
+    else:
+        target, target_words = weight, weight_words
     bias = [_bias_entry(layer)] if layer.bias else []
     edge = []  # lin_edge = Linear(edge_dim, heads * out_channels, bias=False), with edge_dim
     if layer.edge_dim is not None:
@@ -113,16 +120,29 @@ def _gat_entries(layer: GATConv, layout: str) -> list[Entry]:
     if layer.residual:
         width = h * c if layer.concat else c
         words = "(heads * out_channels or out_channels, in_channels), residual=True"
-        residual.append(Entry("res.weight", (width, n_in), words, "param", ("W_res",)))
+        if pair:
+            words = words.replace("in_channels)", "in_channels[1])")
+        residual.append(Entry("res.weight", (width, n_dst), words, "param", ("W_res",)))
     if layer.version == "v2":
         return [
             _att_entry("att", "att", att),
             *bias,
-            *_gatv2_projection_entries(layer, weight, weight_words),
+            *_gatv2_projection_entries(layer, weight, weight_words, target, target_words),
             *edge,
             *residual,
         ]
     edge_att = [_att_entry("att_edge", "att_edge", att)] if layer.edge_dim is not None else []
+    if pair:  # bipartite GATConv (every release since 2.0): lin_src and lin_dst, separate
+        return [
+            _att_entry("att_src", "att_src", att),
+            _att_entry("att_dst", "att_dst", att),
+            *edge_att,
+            *bias,
+            Entry("lin_src.weight", weight, weight_words, "param", ("W_s",)),
+            Entry("lin_dst.weight", target, target_words, "param", ("W_t",)),
+            *edge,
+            *residual,
+        ]
     if layout == "weight":  # PyG <= 1.5: x @ weight, att = [att_dst | att_src]
         return [
             Entry(
@@ -172,7 +192,9 @@ def _att_entry(key: str, ours: str, shape: tuple[int, int, int]) -> Entry:
                  to_ours=_att_to_ours, to_theirs=_att_to_pyg)  # fmt: skip
 
 
-def _gatv2_projection_entries(layer: GATConv, weight: tuple, weight_words: str) -> list[Entry]:
+def _gatv2_projection_entries(
+    layer: GATConv, weight: tuple, weight_words: str, target: tuple, target_words: str
+) -> list[Entry]:
     """``lin_l`` and ``lin_r``: weights, and the biases PyG gives them under ``bias=True``
     (ours with ``projection_bias``; else they must be zero). ``lin_r`` is ``lin_l`` under a
     second name with ``share_weights``."""
@@ -193,7 +215,7 @@ def _gatv2_projection_entries(layer: GATConv, weight: tuple, weight_words: str) 
     lin_r = (
         Entry("lin_r.weight", weight, weight_words, "alias", source="lin_l.weight")
         if shared
-        else Entry("lin_r.weight", weight, weight_words, "param", ("W_t",))
+        else Entry("lin_r.weight", target, target_words, "param", ("W_t",))
     )
     return [
         Entry("lin_l.weight", weight, weight_words, "param", ("W_s",)),

@@ -9,7 +9,7 @@ per-tensor table as ``refimpl crosscheck FILE.npz``, whose format those arrays f
 
 The module given is not changed: the run uses a deep copy (``.double().eval()``), so the
 caller's dtype, training mode and gradients stay as they were. A configuration refimpl has no
-counterpart for (bipartite ``in_channels``) raises
+counterpart for (a bipartite ``TransformerConv``) raises
 :class:`~refimpl.interop.crosscheck.CrosscheckError` saying which. Needs torch and
 torch_geometric (the ``crosscheck`` extra); they are imported when the function is called.
 """
@@ -54,11 +54,13 @@ def pyg_config(module: Any) -> dict[str, Any]:
             f"{sorted(_ARGUMENTS)}"
         )
     kwargs = {key: getattr(module, key) for key in _ARGUMENTS[name]}
-    if not isinstance(kwargs["in_channels"], int):
-        raise CrosscheckError(
-            f"{name} has in_channels={kwargs['in_channels']!r}: bipartite layers "
-            "(x_src, x_dst) have no refimpl counterpart yet"
-        )
+    if not isinstance(kwargs["in_channels"], int):  # bipartite: (F_src, F_dst), as a list
+        if name == "TransformerConv":
+            raise CrosscheckError(
+                f"{name} has in_channels={kwargs['in_channels']!r}: a bipartite "
+                "TransformerConv has no refimpl counterpart yet (GATConv and GATv2Conv do)"
+            )
+        kwargs["in_channels"] = list(kwargs["in_channels"])
     with_bias = module.lin_key.bias if name == "TransformerConv" else module.bias
     kwargs["bias"] = with_bias is not None
     if hasattr(kwargs.get("fill_value"), "tolist"):  # a tensor of edge features
@@ -83,7 +85,9 @@ def check_pyg_module(
     ----------
     module : torch_geometric.nn.GATConv, GATv2Conv or TransformerConv
         Left unchanged (a deep copy runs).
-    x : (N, in_channels) array or tensor
+    x : (N, in_channels) array or tensor, or a pair ``(x_src, x_dst)``
+        The pair for a bipartite graph (``N_src`` sources, ``N_dst`` targets), as PyG takes
+        it; checked as the crosscheck file's ``input/x_src`` and ``input/x_dst``.
     edge_index : (2, E) integer array or tensor, row 0 the sources
     edge_attr : (E, edge_dim) array or tensor, optional
         For a layer with ``edge_dim``.
@@ -103,9 +107,14 @@ def check_pyg_module(
 
     config = pyg_config(module)
     reference = copy.deepcopy(module).double().eval()
-    x_t = torch.as_tensor(np.asarray(host_array(x), dtype=np.float64)).requires_grad_(True)
-    edge_index_t = torch.as_tensor(np.asarray(host_array(edge_index), dtype=np.int64))
-    inputs = [x_t, edge_index_t]
+    names = ("x_src", "x_dst") if isinstance(x, (tuple, list)) else ("x",)
+    sides = x if isinstance(x, (tuple, list)) else (x,)
+    x_t = [
+        torch.as_tensor(np.asarray(host_array(side), dtype=np.float64)).requires_grad_(True)
+        for side in sides
+    ]
+    edge_index_t = torch.as_tensor(np.array(host_array(edge_index), dtype=np.int64))  # a copy
+    inputs = [tuple(x_t) if len(x_t) == 2 else x_t[0], edge_index_t]
     if edge_attr is not None:
         edge_attr_t = torch.as_tensor(np.asarray(host_array(edge_attr), dtype=np.float64))
         inputs.append(edge_attr_t.requires_grad_(True))
@@ -116,12 +125,13 @@ def check_pyg_module(
     (out * torch.as_tensor(cotangent)).sum().backward()
     arrays: dict[str, Any] = {
         "config": json.dumps(config),
-        "input/x": x_t.detach().numpy(),
         "input/edge_index": edge_index_t.numpy(),
         "output/out": out.detach().numpy(),
         "cotangent": cotangent,
-        "grad/input/x": x_t.grad.numpy(),
     }
+    for name, side in zip(names, x_t, strict=True):
+        arrays[f"input/{name}"] = side.detach().numpy()
+        arrays[f"grad/input/{name}"] = _gradient(side)
     if edge_attr is not None:
         arrays["input/edge_attr"] = inputs[2].detach().numpy()
         arrays["grad/input/edge_attr"] = _gradient(inputs[2])

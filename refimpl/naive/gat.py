@@ -26,6 +26,7 @@ from refimpl.naive.segment import segment_softmax, segment_softmax_backward
 __all__ = [
     "Attended",
     "EdgeFeatures",
+    "Sides",
     "attend",
     "attend_backward",
     "attended_edges",
@@ -34,7 +35,8 @@ __all__ = [
     "gat_forward",
     "leaky_relu",
     "leaky_relu_derivative",
-    "project",
+    "sides",
+    "sides_backward",
 ]
 
 
@@ -54,14 +56,61 @@ def attended_edges(edge_index: np.ndarray, num_nodes: int, add_self_loops: bool)
     return np.array(edges, dtype=np.int64).reshape(-1, 2)
 
 
-def project(
-    params: dict[str, np.ndarray], weight: str, bias: str, x: np.ndarray, heads: int
-) -> np.ndarray:
-    """``W x_k (+ b)`` per node ``(N, H, C)``: ``b`` where ``params`` has it (GATv2's
-    projection biases, PyG's ``lin_l.bias`` / ``lin_r.bias``)."""
+class Sides(NamedTuple):
+    """F1 of both sides: the sources' and the targets' features and transforms."""
+
+    x_src: np.ndarray  # (N_src, F_src)
+    x_dst: np.ndarray  # (N_dst, F_dst): x_src itself when one x was given
+    h_src: np.ndarray  # (N_src, H, C) W_src x_u (+ b_src)
+    h_dst: np.ndarray  # (N_dst, H, C) W_dst x_v (+ b_dst)
+    maps: tuple  # ((W_src, b_src), (W_dst, b_dst)) parameter names, a bias None if absent
+
+
+def sides(conv: Any, params: dict[str, np.ndarray], x: Any) -> Sides:
+    """F1 for one ``x`` (both sides read it) or a pair ``(x_src, x_dst)``: v1 ``W`` on both
+    (``W_s``, ``W_t`` for a pair ``in_channels``, PyG's ``lin_src``/``lin_dst``), v2 ``W_s
+    (+ b_s)`` and ``W_t (+ b_t)`` (``W_s (+ b_s)`` on both with ``share_weights``)."""
+    x_src, x_dst = x if isinstance(x, tuple) else (x, x)
+    if conv.version == "v1":
+        pair = isinstance(conv.in_channels, tuple)
+        maps = (("W_s", None), ("W_t", None)) if pair else (("W", None), ("W", None))
+    else:
+        b_s, b_t = ("b_s", "b_t") if conv.projection_bias else (None, None)
+        maps = (("W_s", b_s), ("W_s", b_s) if conv.share_weights else ("W_t", b_t))
+    h = [_affine(params, weight, bias, side, conv.heads)
+         for (weight, bias), side in zip(maps, (x_src, x_dst), strict=True)]  # fmt: skip
+    return Sides(x_src, x_dst, h[0], h[1], maps)
+
+
+def sides_backward(
+    conv: Any,
+    params: dict[str, np.ndarray],
+    f1: Sides,
+    d_h_src: np.ndarray,
+    d_h_dst: np.ndarray,
+    d_params: dict[str, np.ndarray],
+) -> Any:
+    """B1 of :func:`sides`: adds each map's gradient to ``d_params`` (a map both sides read
+    gets both terms); returns ``d_x``, or ``(d_x_src, d_x_dst)`` for a pair."""
+    d_xs = []
+    for (weight, bias), x_side, d_h in zip(f1.maps, (f1.x_src, f1.x_dst), (d_h_src, d_h_dst),
+                                           strict=True):  # fmt: skip
+        w = params[weight].reshape(conv.heads, conv.out_channels, -1)  # (H, C, F)
+        d_w = np.einsum("nhc,nf->hcf", d_h, x_side).reshape(w.shape[0] * w.shape[1], -1)
+        d_params[weight] = d_params.get(weight, 0) + d_w
+        if bias is not None:
+            d_params[bias] = d_params.get(bias, 0) + d_h.sum(axis=0).reshape(-1)
+        d_xs.append(np.einsum("nhc,hcf->nf", d_h, w))
+    if f1.x_dst is f1.x_src:  # one x read by both sides
+        return d_xs[0] + d_xs[1]
+    return d_xs[0], d_xs[1]
+
+
+def _affine(params: dict, weight: str, bias: str | None, x: np.ndarray, heads: int) -> np.ndarray:
+    """``W x_k (+ b)`` per node ``(N, H, C)``."""
     w = params[weight].reshape(heads, -1, x.shape[1])  # (H, C, in)
     h = np.einsum("hcf,nf->nhc", w, x)
-    if bias in params:
+    if bias is not None:
         h = h + params[bias].reshape(heads, -1)
     return h
 
@@ -79,8 +128,9 @@ def edge_features(
     """F1': the features of every attended edge (:mod:`refimpl.naive.loop_fill` for the
     added loops) and ``W_e a_e`` per edge and head."""
     attended = edge_attr
+    loops = min(graph.num_nodes, graph.num_dst_nodes)  # PyG's, bipartite graphs included
     if conv.add_self_loops:
-        attended = loop_fill_forward(edge_attr, graph.edge_index, graph.num_nodes, conv.fill_value)
+        attended = loop_fill_forward(edge_attr, graph.edge_index, loops, conv.fill_value)
     w_e = params["W_e"].reshape(conv.heads, conv.out_channels, -1)  # (H, C, D)
     return EdgeFeatures(attended, np.einsum("hcd,ed->ehc", w_e, attended))
 
@@ -102,9 +152,9 @@ def edge_features_backward(
     d_attended = np.einsum("ehc,hcd->ed", d_h_edge, w_e)
     if not conv.add_self_loops:
         return d_w_e, d_attended
-    d_edge_attr = loop_fill_backward(
-        d_attended, edge_attr, graph.edge_index, graph.num_nodes, conv.fill_value
-    )
+    loops = min(graph.num_nodes, graph.num_dst_nodes)
+    d_edge_attr = loop_fill_backward(d_attended, edge_attr, graph.edge_index, loops,
+                                     conv.fill_value)  # fmt: skip
     return d_w_e, d_edge_attr
 
 
@@ -137,8 +187,9 @@ def attend(
 ) -> tuple[np.ndarray, Attended]:
     """F5-F9, the same for both versions (GAT-balance Eq. 1-2): softmax, dropout, the sum
     over each target's incoming edges, heads, PyG's residual ``x W_res^T`` and bias.
-    ``scores`` (E, H), ``h_src`` (N, H, C), ``x`` (N, in) -> ``out`` (N, H*C) or (N, C)."""
-    n, heads, channels = h_src.shape
+    ``scores`` (E, H), ``h_src`` (N_src, H, C), ``x`` the targets' features (N, in) ->
+    ``out`` (N, H*C) or (N, C)."""
+    n, (_, heads, channels) = x.shape[0], h_src.shape
     # F5 softmax over each target's incoming edges (E, H)
     alpha = segment_softmax(scores, edges[:, 1], n)
     # F6 attention dropout (E, H)
@@ -168,9 +219,9 @@ def attend_backward(
     x: np.ndarray,
     d_out: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
-    """B9-B5 of :func:`attend`: ``(d_scores (E, H), d_h_src (N, H, C), d_x (N, in)`` through
-    the residual (zeros without), ``{"bias", "W_res"} or fewer)``."""
-    n, heads, channels = h_src.shape
+    """B9-B5 of :func:`attend`: ``(d_scores (E, H), d_h_src (N_src, H, C), d_x (N, in)`` (the
+    targets') through the residual (zeros without), ``{"bias", "W_res"} or fewer)``."""
+    n, (_, heads, channels) = x.shape[0], h_src.shape
     d_params = {}
     # B9 (of F9) bias
     if conv.bias:

@@ -3,7 +3,7 @@
 GAT-balance Eq. 1-2 with the GATv1 score (Velickovic et al. 2018), per head ``h``
 and edge ``e = u -> v`` of the attended graph:
 
-    F1  W h_k      = W x_k                                        (N, H, C)
+    F1  W h_k      = W x_k  (of a pair (x_src, x_dst): W_s x_u, W_t x_v)  (N, H, C)
     F1' W_e a_e    (edge features, ``edge_dim``; loops filled)    (E, H, C)
     F2  raw_e      = att_src . W h_u + att_dst . W h_v            (E, H)
                      (+ att_edge . W_e a_e)
@@ -33,6 +33,7 @@ from refimpl.graph import Graph
 from refimpl.naive.gat import (
     Attended,
     EdgeFeatures,
+    Sides,
     attend,
     attend_backward,
     attended_edges,
@@ -40,6 +41,8 @@ from refimpl.naive.gat import (
     edge_features_backward,
     leaky_relu,
     leaky_relu_derivative,
+    sides,
+    sides_backward,
 )
 from refimpl.naive.lipschitz_norm import (
     LipschitzTwinCache,
@@ -53,9 +56,8 @@ __all__ = ["GATv1Twin", "gat_v1_backward", "gat_v1_forward"]
 class GATv1Twin(NamedTuple):
     """The forward's named quantities."""
 
-    x: np.ndarray  # (N, in)
+    f1: Sides  # F1: the inputs and W h of both sides
     edges: np.ndarray  # (E, 2) rows (u, v), self-loops handled
-    h: np.ndarray  # (N, H, C) F1
     raw: np.ndarray  # (E, H) F2/F3, the LeakyReLU's input
     lipschitz: LipschitzTwinCache | None  # F3
     attended: Attended  # F5-F6: alpha, the dropout keep factors, alpha after dropout
@@ -67,7 +69,7 @@ class GATv1Twin(NamedTuple):
 def gat_v1_forward(
     conv: Any,
     params: dict[str, np.ndarray],
-    x: np.ndarray,
+    x: Any,
     graph: Graph,
     attn_dropout_mask: np.ndarray | None = None,
     edge_attr: np.ndarray | None = None,
@@ -77,15 +79,15 @@ def gat_v1_forward(
     ``attn_dropout_mask`` (E, H) bool (True = keep) over the attended edges, or None
     for no dropout (evaluation, or ``p = 0``, where the layer ignores any mask).
     """
-    n, heads, channels = x.shape[0], conv.heads, conv.out_channels
-    edges = attended_edges(graph.edge_index, n, conv.add_self_loops)  # (E, 2)
+    loops = min(graph.num_nodes, graph.num_dst_nodes)  # PyG's, bipartite graphs included
+    edges = attended_edges(graph.edge_index, loops, conv.add_self_loops)  # (E, 2)
     src, dst = edges[:, 0], edges[:, 1]
-    # F1 W x per node (N, H, C)
-    w = params["W"].reshape(heads, channels, -1)  # (H, C, in)
-    h = np.einsum("hcf,nf->nhc", w, x)
+    # F1 W x per node, each side (N, H, C)
+    f1 = sides(conv, params, x)
+    h = f1.h_src  # one node set (LipschitzNorm): the same as f1.h_dst
     # F2 raw_e = att_src . W h_u + att_dst . W h_v (E, H)
-    raw = np.einsum("ehc,hc->eh", h[src], params["att_src"]) + np.einsum(
-        "ehc,hc->eh", h[dst], params["att_dst"]
+    raw = np.einsum("ehc,hc->eh", f1.h_src[src], params["att_src"]) + np.einsum(
+        "ehc,hc->eh", f1.h_dst[dst], params["att_dst"]
     )
     # F1' and the edge's own term (E, H)
     features = None
@@ -101,8 +103,8 @@ def gat_v1_forward(
     # F4 e = LeakyReLU(raw) (E, H)
     scores = leaky_relu(raw, conv.negative_slope)
     # F5-F9 softmax, dropout, out_v = sum of alpha_uv W h_u over N(v), heads, residual, bias
-    out, attended = attend(conv, params, scores, h, edges, attn_dropout_mask, x)
-    return out, GATv1Twin(x, edges, h, raw, lipschitz, attended, graph, edge_attr, features)
+    out, attended = attend(conv, params, scores, f1.h_src, edges, attn_dropout_mask, f1.x_dst)
+    return out, GATv1Twin(f1, edges, raw, lipschitz, attended, graph, edge_attr, features)
 
 
 def gat_v1_backward(
@@ -110,12 +112,13 @@ def gat_v1_backward(
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """``(d_x (N, in), d_params keyed like params)`` for the cotangent ``d_out``; with
     edge features ``((d_x, d_edge_attr (E_graph, D)), d_params)``."""
-    x, edges, h = cache.x, cache.edges, cache.h
-    heads, channels = conv.heads, conv.out_channels
+    f1, edges = cache.f1, cache.edges
+    h = f1.h_src
     # B9-B5 (of F9-F5) bias, residual, heads, the sum (into W h_u and alpha), dropout, softmax
     d_scores, d_h, d_x_skip, d_params = attend_backward(
-        conv, params, cache.attended, h, edges, x, d_out
+        conv, params, cache.attended, f1.h_src, edges, f1.x_dst, d_out
     )
+    d_h_dst = np.zeros_like(f1.h_dst)
     # B4 (of F4) LeakyReLU (E, H)
     d_raw = d_scores * leaky_relu_derivative(cache.raw, conv.negative_slope)
     # B3 (of F3) LipschitzNorm: the quotient, and its denominator into W h and the att vectors
@@ -133,10 +136,10 @@ def gat_v1_backward(
         d_h += d_h_norm
     # B2 (of F2) per edge: raw_e reads att_src, att_dst, W h_u and W h_v
     for e, (u, v) in enumerate(edges):
-        d_att_src += d_raw[e][:, None] * h[u]
-        d_att_dst += d_raw[e][:, None] * h[v]
+        d_att_src += d_raw[e][:, None] * f1.h_src[u]
+        d_att_dst += d_raw[e][:, None] * f1.h_dst[v]
         d_h[u] += d_raw[e][:, None] * params["att_src"]
-        d_h[v] += d_raw[e][:, None] * params["att_dst"]
+        d_h_dst[v] += d_raw[e][:, None] * params["att_dst"]
     d_params["att_src"], d_params["att_dst"] = d_att_src, d_att_dst
     # B1' (of F1') the edge's term: att_edge, and W_e a_e back into W_e and the features
     d_edge_attr = None
@@ -146,9 +149,11 @@ def gat_v1_backward(
         d_params["W_e"], d_edge_attr = edge_features_backward(
             conv, params, cache.features, cache.edge_attr, cache.graph, d_h_edge
         )
-    # B1 (of F1) W h = W x
-    w = params["W"].reshape(heads, channels, -1)  # (H, C, in)
-    d_params["W"] = np.einsum("nhc,nf->hcf", d_h, x).reshape(heads * channels, -1)
-    d_x = np.einsum("nhc,hcf->nf", d_h, w) + d_x_skip  # and B8' (the residual's share)
+    # B1 (of F1) W h = W x, each side; B8' the residual's share of the targets' d_x
+    d_x = sides_backward(conv, params, f1, d_h, d_h_dst, d_params)
+    if isinstance(d_x, tuple):
+        d_x = (d_x[0], d_x[1] + d_x_skip)
+    else:
+        d_x = d_x + d_x_skip
     d_params = {name: d_params[name] for name in params}
     return (d_x if d_edge_attr is None else (d_x, d_edge_attr)), d_params

@@ -3,7 +3,7 @@
 GAT-balance Eq. 1-2 with the GATv2 score (Brody et al. 2022), per head ``h`` and
 edge ``e = u -> v`` of the attended graph (``W_t = W_s`` with ``share_weights``):
 
-    F1  W_s x_k (+ b_s), W_t x_k (+ b_t)                          (N, H, C) each
+    F1  W_s x_k (+ b_s), W_t x_k (+ b_t)  (of a pair: x_src, x_dst)  (N, H, C) each
     F1' W_e a_e    (edge features, ``edge_dim``; loops filled)    (E, H, C)
     F2  x_uv       = W_s h_u + W_t h_v (+ W_e a_e)                (E, H, C)
     F3  LeakyReLU(x_uv)                                           (E, H, C)
@@ -33,6 +33,7 @@ from refimpl.graph import Graph
 from refimpl.naive.gat import (
     Attended,
     EdgeFeatures,
+    Sides,
     attend,
     attend_backward,
     attended_edges,
@@ -40,7 +41,8 @@ from refimpl.naive.gat import (
     edge_features_backward,
     leaky_relu,
     leaky_relu_derivative,
-    project,
+    sides,
+    sides_backward,
 )
 from refimpl.naive.lipschitz_norm import (
     LipschitzTwinCache,
@@ -54,9 +56,8 @@ __all__ = ["GATv2Twin", "gat_v2_backward", "gat_v2_forward"]
 class GATv2Twin(NamedTuple):
     """The forward's named quantities."""
 
-    x: np.ndarray  # (N, in)
+    f1: Sides  # F1: the inputs and the transforms of both sides
     edges: np.ndarray  # (E, 2) rows (u, v), self-loops handled
-    h_src: np.ndarray  # (N, H, C) F1 W_s x
     pre: np.ndarray  # (E, H, C) F2 x_uv
     hidden: np.ndarray  # (E, H, C) F3 LeakyReLU(x_uv)
     lipschitz: LipschitzTwinCache | None  # F4'
@@ -69,7 +70,7 @@ class GATv2Twin(NamedTuple):
 def gat_v2_forward(
     conv: Any,
     params: dict[str, np.ndarray],
-    x: np.ndarray,
+    x: Any,
     graph: Graph,
     attn_dropout_mask: np.ndarray | None = None,
     edge_attr: np.ndarray | None = None,
@@ -79,13 +80,12 @@ def gat_v2_forward(
     ``attn_dropout_mask`` (E, H) bool (True = keep) over the attended edges, or None
     for no dropout (evaluation, or ``p = 0``, where the layer ignores any mask).
     """
-    n, heads = x.shape[0], conv.heads
-    edges = attended_edges(graph.edge_index, n, conv.add_self_loops)  # (E, 2)
+    loops = min(graph.num_nodes, graph.num_dst_nodes)  # PyG's, bipartite graphs included
+    edges = attended_edges(graph.edge_index, loops, conv.add_self_loops)  # (E, 2)
     src, dst = edges[:, 0], edges[:, 1]
     # F1 W_s x (+ b_s), W_t x (+ b_t) per node (N, H, C); one map with shared weights
-    h_src = project(params, "W_s", "b_s", x, heads)
-    target = ("W_s", "b_s") if conv.share_weights else ("W_t", "b_t")
-    h_dst = project(params, *target, x, heads)
+    f1 = sides(conv, params, x)
+    h_src, h_dst = f1.h_src, f1.h_dst
     # F2 x_uv = W_s h_u + W_t h_v (E, H, C), F1' (+ W_e a_e)
     pre = h_src[src] + h_dst[dst]
     features = None
@@ -100,10 +100,8 @@ def gat_v2_forward(
     if conv.lipschitz_norm is not None:
         scores, lipschitz = gat_v2_lipschitz_forward(scores, params["att"], pre, edges)
     # F5-F9 softmax, dropout, out_v = sum of alpha_uv W_s h_u over N(v), heads, residual, bias
-    out, attended = attend(conv, params, scores, h_src, edges, attn_dropout_mask, x)
-    return out, GATv2Twin(
-        x, edges, h_src, pre, hidden, lipschitz, attended, graph, edge_attr, features
-    )
+    out, attended = attend(conv, params, scores, h_src, edges, attn_dropout_mask, f1.x_dst)
+    return out, GATv2Twin(f1, edges, pre, hidden, lipschitz, attended, graph, edge_attr, features)
 
 
 def gat_v2_backward(
@@ -111,13 +109,12 @@ def gat_v2_backward(
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """``(d_x (N, in), d_params keyed like params)`` for the cotangent ``d_out``; with
     edge features ``((d_x, d_edge_attr (E_graph, D)), d_params)``."""
-    x, edges, h_src = cache.x, cache.edges, cache.h_src
-    heads, channels = conv.heads, conv.out_channels
+    f1, edges = cache.f1, cache.edges
     # B9-B5 (of F9-F5) bias, residual, heads, the sum (into W_s h_u and alpha), dropout, softmax
     d_scores, d_h_src, d_x_skip, d_params = attend_backward(
-        conv, params, cache.attended, h_src, edges, x, d_out
+        conv, params, cache.attended, f1.h_src, edges, f1.x_dst, d_out
     )
-    d_h_dst = np.zeros_like(h_src)
+    d_h_dst = np.zeros_like(f1.h_dst)
     # B4' (of F4') LipschitzNorm: the quotient, and its denominator into x_uv and att
     d_pre = np.zeros_like(cache.pre)
     d_params["att"] = np.zeros_like(params["att"])
@@ -140,18 +137,12 @@ def gat_v2_backward(
         d_params["W_e"], d_edge_attr = edge_features_backward(
             conv, params, cache.features, cache.edge_attr, cache.graph, d_pre
         )
-    # B1 (of F1) W_s x (+ b_s) and W_t x (+ b_t); a shared W (and b) receives both
-    d_w_src = np.einsum("nhc,nf->hcf", d_h_src, x).reshape(heads * channels, -1)
-    d_w_dst = np.einsum("nhc,nf->hcf", d_h_dst, x).reshape(heads * channels, -1)
-    d_b_src, d_b_dst = d_h_src.sum(axis=0).reshape(-1), d_h_dst.sum(axis=0).reshape(-1)
-    w_src = params["W_s"].reshape(heads, channels, -1)  # (H, C, in)
-    w_dst = params["W_s" if conv.share_weights else "W_t"].reshape(heads, channels, -1)
-    d_x = np.einsum("nhc,hcf->nf", d_h_src, w_src) + np.einsum("nhc,hcf->nf", d_h_dst, w_dst)
-    d_x = d_x + d_x_skip  # B8' (of F8'): the residual's share
-    if conv.share_weights:
-        d_params["W_s"], d_params["b_s"] = d_w_src + d_w_dst, d_b_src + d_b_dst
+    # B1 (of F1) W_s x (+ b_s) and W_t x (+ b_t); a shared W (and b) receives both;
+    # B8' the residual's share of the targets' d_x
+    d_x = sides_backward(conv, params, f1, d_h_src, d_h_dst, d_params)
+    if isinstance(d_x, tuple):
+        d_x = (d_x[0], d_x[1] + d_x_skip)
     else:
-        d_params["W_s"], d_params["W_t"] = d_w_src, d_w_dst
-        d_params["b_s"], d_params["b_t"] = d_b_src, d_b_dst
+        d_x = d_x + d_x_skip
     d_params = {name: d_params[name] for name in params}
     return (d_x if d_edge_attr is None else (d_x, d_edge_attr)), d_params

@@ -106,9 +106,10 @@ def _numeric(value: Any) -> bool:
 
 def fill_self_loops(edge_attr: Any, graph: Graph, fill_value: Any) -> tuple[Any, LoopFillCache]:
     """``(E, D)`` features over ``graph``'s edges -> ``(E' + N, D)`` over
-    ``graph.remove_self_loops().add_self_loops()``'s, and what the backward reads."""
+    ``graph.remove_self_loops().add_self_loops()``'s, and what the backward reads (a
+    bipartite graph's loops are its first ``min(N_src, N_dst)`` targets', as PyG's)."""
     xp = get_array_module(edge_attr)
-    num_nodes, width = graph.num_nodes, edge_attr.shape[1]
+    num_nodes, width = min(graph.num_nodes, graph.num_dst_nodes), edge_attr.shape[1]
     # F1 the non-loop edges' features (E', D)
     edge_index = graph.edge_index_on(xp)
     kept = edge_index[0] != edge_index[1]  # (E,)
@@ -131,7 +132,7 @@ def fill_self_loops(edge_attr: Any, graph: Graph, fill_value: Any) -> tuple[Any,
         product_of_nonzeros, zeros = _product_parts(features, non_loops)
         fill = xp.where(zeros > 0, 0.0, product_of_nonzeros).astype(edge_attr.dtype, copy=False)
     # F3 the kept features, then one row per loop (E' + N, D)
-    out = xp.concatenate([features, fill], axis=0)
+    out = xp.concatenate([features, fill[:num_nodes]], axis=0)
     return out, LoopFillCache(
         fill_value, kept, non_loops, features, fill, product_of_nonzeros, zeros
     )
@@ -143,7 +144,8 @@ def fill_self_loops_backward(cache: LoopFillCache, d_out: Any) -> Any:
     features, non_loops, fill_value = cache.features, cache.non_loops, cache.fill_value
     # B3 the kept rows, and the loops' rows
     d_features = d_out[: features.shape[0]]
-    d_fill = d_out[features.shape[0] :]
+    d_fill = xp.zeros((non_loops.num_segments, d_out.shape[1]), dtype=d_out.dtype)  # (N_dst, D)
+    d_fill[: d_out.shape[0] - features.shape[0]] = d_out[features.shape[0] :]  # the loops
     # B2 through the reduction (constant fills pass nothing)
     if isinstance(fill_value, str):
         if fill_value in ("add", "sum"):

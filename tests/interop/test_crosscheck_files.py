@@ -290,3 +290,47 @@ def test_crosscheck_function_refuses_a_nan_rtol(rtol, parts, tmp_path) -> None:
     gat_file(tmp_path / "f.npz", parts)
     with pytest.raises(ValueError, match="rtol must be a finite number >= 0"):
         crosscheck(tmp_path / "f.npz", rtol=rtol)
+
+
+def test_a_bipartite_pyg_file_passes_and_a_perturbed_one_fails(tmp_path, capsys) -> None:
+    # the README's export with x = (x_src, x_dst): input/x_src, input/x_dst and their
+    # gradients in place of input/x, in_channels a 2-list
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch_geometric")
+    from torch_geometric.nn import GATv2Conv
+
+    torch.manual_seed(0)
+    conv = GATv2Conv((5, 4), 3, heads=2, edge_dim=2, residual=True).double().eval()
+    with torch.no_grad():
+        for parameter in conv.parameters():
+            parameter.normal_()
+    x_src = torch.randn(6, 5, dtype=torch.float64, requires_grad=True)
+    x_dst = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    edge_index = torch.tensor([[0, 1, 2, 3, 4, 5, 0], [1, 2, 0, 1, 2, 0, 0]])
+    edge_attr = torch.randn(7, 2, dtype=torch.float64, requires_grad=True)
+    out = conv((x_src, x_dst), edge_index, edge_attr)
+    cotangent = torch.randn_like(out)
+    (out * cotangent).sum().backward()
+    kwargs = {"in_channels": [5, 4], "out_channels": 3, "heads": 2, "edge_dim": 2,
+              "residual": True}  # fmt: skip
+    arrays = {
+        "config": json.dumps({"framework": "pyg", "layer": "GATv2Conv", "kwargs": kwargs}),
+        "input/x_src": x_src.detach().numpy(),
+        "input/x_dst": x_dst.detach().numpy(),
+        "input/edge_index": edge_index.numpy(),
+        "input/edge_attr": edge_attr.detach().numpy(),
+        "output/out": out.detach().numpy(),
+        "cotangent": cotangent.numpy(),
+        "grad/input/x_src": x_src.grad.numpy(),
+        "grad/input/x_dst": x_dst.grad.numpy(),
+        "grad/input/edge_attr": edge_attr.grad.numpy(),
+        **{f"param/{k}": v.numpy() for k, v in conv.state_dict().items()},
+        **{f"grad/param/{k}": p.grad.numpy() for k, p in conv.named_parameters()},
+    }
+    np.savez(tmp_path / "f.npz", **arrays)
+    assert main(["crosscheck", str(tmp_path / "f.npz")]) == 0
+    printed = capsys.readouterr().out
+    assert "grad/input/x_src" in printed and "grad/input/x_dst" in printed
+    arrays["output/out"] = arrays["output/out"] * (1 + 1e-6)
+    np.savez(tmp_path / "g.npz", **arrays)
+    assert main(["crosscheck", str(tmp_path / "g.npz")]) == 1

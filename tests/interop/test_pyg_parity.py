@@ -279,6 +279,29 @@ def test_gat_options_state_dict_keys_shapes_and_order_are_pygs(case: tuple) -> N
     assert all(np.array_equal(back[k], params[k]) for k in params)
 
 
+@pytest.mark.parametrize(
+    "layer",
+    [
+        GATConv((3, 4), 2, heads=2),
+        GATConv((3, 4), 2, heads=2, edge_dim=2, residual=True, concat=False),
+        GATConv((3, 4), 2, heads=2, version="v2", projection_bias=True, residual=True),
+        GATConv((3, 4), 2, version="v2", bias=False, edge_dim=1),
+    ],
+    ids=["v1", "v1-edges-residual-mean", "v2-biases-residual", "v2-no-bias-edges"],
+)
+def test_bipartite_state_dict_keys_shapes_and_order_are_pygs(layer: GATConv) -> None:
+    # in_channels = (F_src, F_dst): lin_src/lin_dst (v1), lin_l/lin_r (v2) of two widths,
+    # res reading the targets' width
+    module = pyg_module(layer)
+    expected = {k: tuple(v.shape) for k, v in module.state_dict().items()}
+    assert list(pyg_shapes(layer).items()) == list(expected.items())
+    params = layer.init_params(np.random.default_rng(0))
+    exported = {k: torch.from_numpy(v) for k, v in to_pyg(layer, params).items()}
+    module.load_state_dict(exported, strict=True)
+    back = from_pyg(layer, module.state_dict())
+    assert all(np.array_equal(back[k], params[k]) for k in params)
+
+
 def test_float32_modules_stay_float32_and_tensors_are_copied() -> None:
     module = pyg_gatv2.GATv2Conv(3, 2, heads=2, bias=False)  # float32, PyG's default
     params = from_pyg(GATConv(3, 2, heads=2, version="v2", bias=False), module.state_dict())

@@ -91,16 +91,28 @@ def run_both(case: Case) -> tuple[dict, dict]:
     assert list(d_params) == list(params) and list(twin_d_params) == list(params)
     edge_index, alpha = conv.attention_weights(cache)
     np.testing.assert_array_equal(edge_index, twin_cache.edges.T)
-    actual = {"out": out, "alpha": alpha}
-    expected = {"out": twin_out, "alpha": twin_cache.attended.alpha}
-    if edge_attr is None:
-        actual["d_x"], expected["d_x"] = d_x, twin_d_x
-    else:
-        actual["d_x"], actual["d_edge_attr"] = d_x
-        expected["d_x"], expected["d_edge_attr"] = twin_d_x
+    actual = {"out": out, "alpha": alpha, **input_gradients(d_x, edge_attr is not None)}
+    expected = {
+        "out": twin_out,
+        "alpha": twin_cache.attended.alpha,
+        **input_gradients(twin_d_x, edge_attr is not None),
+    }
     actual.update({f"d_{k}": v for k, v in d_params.items()})
     expected.update({f"d_{k}": v for k, v in twin_d_params.items()})
     return actual, expected
+
+
+def input_gradients(d_inputs: object, edges: bool) -> dict:
+    """A backward's input gradients by name: ``d_x`` (or ``d_x_src``, ``d_x_dst`` for a pair
+    x), and ``d_edge_attr`` with edge features."""
+    found = {}
+    if edges:
+        d_inputs, found["d_edge_attr"] = d_inputs
+    if isinstance(d_inputs, tuple):
+        found["d_x_src"], found["d_x_dst"] = d_inputs
+    else:
+        found["d_x"] = d_inputs
+    return found
 
 
 def twin_errors(actual: dict, expected: dict) -> dict[str, float]:

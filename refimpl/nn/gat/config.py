@@ -14,10 +14,27 @@ __all__ = ["check_config"]
 def check_config(conv: Any) -> Any:
     """Raise on a configuration ``conv`` (a ``GATConv``) cannot have; returns its
     ``fill_value`` as stored (:func:`refimpl.ops.loop_fill.check_fill_value`)."""
-    for name in ("in_channels", "out_channels", "heads"):
+    for name in ("out_channels", "heads"):
         value = getattr(conv, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if not _positive_int(value):
             raise ValueError(f"{name} must be a positive int, got {value!r}")
+    sizes = conv.in_channels
+    if isinstance(sizes, list):  # a JSON config's pair
+        sizes = tuple(sizes)
+        object.__setattr__(conv, "in_channels", sizes)
+    pair = isinstance(sizes, tuple) and len(sizes) == 2 and all(map(_positive_int, sizes))
+    if not (_positive_int(sizes) or pair):
+        raise ValueError(
+            f"in_channels must be a positive int, or a pair (F_src, F_dst) of them for a "
+            f"bipartite layer, got {sizes!r}"
+        )
+    if pair and conv.version == "v2" and conv.share_weights and sizes[0] != sizes[1]:
+        raise ValueError(
+            f"share_weights needs one width on both sides, got in_channels={sizes}; use "
+            "share_weights=False"
+        )
+    if pair and conv.lipschitz_norm is not None:
+        raise ValueError("LipschitzNorm is defined on one node set: use one in_channels")
     edge_dim = conv.edge_dim
     if edge_dim is not None and (
         isinstance(edge_dim, bool) or not isinstance(edge_dim, int) or edge_dim < 1
@@ -53,3 +70,7 @@ def check_config(conv: Any) -> Any:
         # the normalised v2 score is bounded only if LeakyReLU is 1-Lipschitz
         raise ValueError(f"lipschitz_norm needs negative_slope <= 1, got {conv.negative_slope}")
     return fill_value
+
+
+def _positive_int(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and value >= 1

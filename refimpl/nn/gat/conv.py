@@ -70,6 +70,7 @@ from refimpl.graph import Graph, with_configured_self_loops
 from refimpl.kernels.segment import segment_softmax, segment_softmax_backward
 from refimpl.nn.gat import v1, v2
 from refimpl.nn.gat.config import check_config
+from refimpl.nn.gat.transform import input_sides, transform, transform_backward
 from refimpl.ops.dropout import Dropout
 from refimpl.ops.loop_fill import (
     LoopFillCache,
@@ -78,6 +79,7 @@ from refimpl.ops.loop_fill import (
 )
 from refimpl.ops.propagate import propagate, propagate_backward
 from refimpl.validation import (
+    check_bipartite_inputs,
     check_block_inputs,
     check_cotangent,
     check_finite,
@@ -91,10 +93,10 @@ __all__ = ["GATCache", "GATConv"]
 class GATCache(NamedTuple):
     """What ``GATConv.backward`` reads (``E`` counts the self-loops when added)."""
 
-    x: Any  # (N, in) input features
+    x: Any  # (N, in) input features; of a bipartite input (x_src, x_dst), x_src
     graph: Graph  # the graph attended over (self-loops handled)
-    h_src: Any  # (N, H, C) W_s x (v1: W x)
-    h_dst: Any  # (N, H, C) W_t x (v1 and shared v2: the same array as h_src)
+    h_src: Any  # (N_src, H, C) the sources' transform (refimpl.nn.gat.transform)
+    h_dst: Any  # (N_dst, H, C) the targets'; the same array as h_src where one map of one x
     score: v1.ScoreCache | v2.ScoreCache  # the version's score: pre, its branch, LipschitzNorm
     alpha: Any  # (E, H) attention coefficients, before dropout
     dropout_cache: Any  # attention-dropout cache (its mask, or None outside training)
@@ -102,6 +104,7 @@ class GATCache(NamedTuple):
     edge_attr: Any = None  # (E, edge_dim) edge features over the attended edges, or None
     h_edge: Any = None  # (E, H, C) their projection W_e a, or None
     loop_fill: LoopFillCache | None = None  # the added loops' features, with edge_dim
+    x_dst: Any = None  # (N_dst, F_dst) the targets' features of a bipartite input, or None
 
 
 @dataclass(frozen=True)
@@ -129,20 +132,27 @@ class GATConv:
 
     # -- parameters ------------------------------------------------------------------
     @property
-    def _shared(self) -> bool:
-        return self.version == "v1" or self.share_weights
+    def _in_sizes(self) -> tuple[int, int]:
+        """``(F_src, F_dst)``: the sources' and the targets' feature widths."""
+        sizes = self.in_channels
+        return sizes if isinstance(sizes, tuple) else (sizes, sizes)
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Names and shapes of the parameters, in order."""
         hc, h, c = self.heads * self.out_channels, self.heads, self.out_channels
+        f_src, f_dst = self._in_sizes
         if self.version == "v1":
-            shapes = {"W": (hc, self.in_channels), "att_src": (h, c), "att_dst": (h, c)}
+            if isinstance(self.in_channels, tuple):  # bipartite: lin_src, lin_dst
+                shapes = {"W_s": (hc, f_src), "W_t": (hc, f_dst)}
+            else:
+                shapes = {"W": (hc, f_src)}
+            shapes |= {"att_src": (h, c), "att_dst": (h, c)}
         else:
-            shapes = {"W_s": (hc, self.in_channels)}
+            shapes = {"W_s": (hc, f_src)}
             if self.projection_bias:
                 shapes["b_s"] = (hc,)
             if not self.share_weights:
-                shapes["W_t"] = (hc, self.in_channels)
+                shapes["W_t"] = (hc, f_dst)
                 if self.projection_bias:
                     shapes["b_t"] = (hc,)
             shapes["att"] = (h, c)
@@ -151,7 +161,7 @@ class GATConv:
             if self.version == "v1":
                 shapes["att_edge"] = (h, c)
         if self.residual:
-            shapes["W_res"] = (hc if self.concat else c, self.in_channels)
+            shapes["W_res"] = (hc if self.concat else c, f_dst)
         if self.bias:
             shapes["bias"] = (hc,) if self.concat else (c,)
         return shapes
@@ -171,7 +181,7 @@ class GATConv:
             if name == "bias":
                 value = np.zeros(shape)
             elif name in ("b_s", "b_t"):
-                bound = 1.0 / np.sqrt(self.in_channels)
+                bound = 1.0 / np.sqrt(self._in_sizes[name == "b_t"])
                 value = rng.uniform(-bound, bound, size=shape)
             else:
                 bound = np.sqrt(6.0 / (shape[0] + shape[1]))
@@ -200,9 +210,12 @@ class GATConv:
         ----------
         params : dict
             As from :meth:`init_params` (see :meth:`param_shapes`).
-        x : (N, in_channels) float array
+        x : (N, in_channels) float array, or a pair ``(x_src, x_dst)``
+            The pair on a bipartite graph (PyG's): ``x_src (N_src, F_src)`` the sources'
+            features, ``x_dst (N_dst, F_dst)`` the targets' (``in_channels = (F_src, F_dst)``,
+            or one int for both).
         graph : Graph
-            On ``N`` nodes.
+            On ``N`` nodes (bipartite: ``N_src`` sources, ``num_dst_nodes = N_dst``).
         edge_attr : (E, edge_dim) float array
             With ``edge_dim`` (and only then): row ``e`` belongs to ``graph``'s edge ``e``;
             ``(E,)`` for ``edge_dim=1``, as PyG.
@@ -216,7 +229,7 @@ class GATConv:
 
         Returns
         -------
-        out : (N, H*C) if ``concat`` else (N, C)
+        out : (N_dst, H*C) if ``concat`` else (N_dst, C)
         cache : GATCache
         """
         if self.edge_dim == 1 and getattr(edge_attr, "ndim", None) == 1:
@@ -244,13 +257,13 @@ class GATConv:
         """:meth:`forward` on checked inputs, ``graph = prepare_graph(graph)`` and
         ``edge_attr`` over its edges (the added loops' rows filled): for a model that
         validated its parameters and input once at its own boundary."""
-        xp = get_array_module(x)
-        num_nodes, heads, channels = x.shape[0], self.heads, self.out_channels
+        x_src, x_dst = input_sides(x)
+        xp = get_array_module(x_src)
+        num_targets, heads, channels = x_dst.shape[0], self.heads, self.out_channels
         src, dst = graph.src_segments(xp), graph.dst_segments(xp)
 
-        # F1 feature transforms (N, H, C), v2 with PyG's projection biases if configured
-        h_src = self._project(params, x, "W" if self.version == "v1" else "W_s", "b_s")
-        h_dst = h_src if self._shared else self._project(params, x, "W_t", "b_t")
+        # F1 feature transforms (N_src, H, C), (N_dst, H, C) (refimpl.nn.gat.transform)
+        h_src, h_dst = transform(self, params, x_src, x_dst)
         # F1' the edge features' projection W_e a (E, H, C)
         h_edge = None
         if edge_attr is not None:
@@ -269,27 +282,20 @@ class GATConv:
         aggregated = propagate(h_src, alpha_dropped, src, dst)
         # F8 combine heads
         if self.concat:
-            out = aggregated.reshape(num_nodes, heads * channels)  # (N, H*C)
+            out = aggregated.reshape(num_targets, heads * channels)  # (N, H*C)
         else:
             out = aggregated.mean(axis=1)  # (N, C)
         # F8' residual: the input's projection x W_res^T (N, H*C) or (N, C), as PyG adds it
         if self.residual:
-            out = out + x @ params["W_res"].T
+            out = out + x_dst @ params["W_res"].T
         # F9 bias
         if self.bias:
             out = out + params["bias"]
         cache = GATCache(
-            x, graph, h_src, h_dst, score_cache, alpha, dropout_cache, alpha_dropped, edge_attr,
-            h_edge,
+            x_src, graph, h_src, h_dst, score_cache, alpha, dropout_cache, alpha_dropped,
+            edge_attr, h_edge, x_dst=None if x_dst is x_src else x_dst,
         )  # fmt: skip
         return out, cache
-
-    def _project(self, params: dict[str, Any], x: Any, weight: str, bias: str) -> Any:
-        """``x W^T (+ b)`` as ``(N, H, C)``: one side's feature transform."""
-        h = x @ params[weight].T
-        if self.projection_bias:
-            h += params[bias]
-        return h.reshape(x.shape[0], self.heads, self.out_channels)
 
     # -- backward ----------------------------------------------------------------------
     def backward(
@@ -297,15 +303,17 @@ class GATConv:
     ) -> tuple[Any, dict[str, Any]]:
         """Gradients of a scalar loss: ``(d_x (N, in), d_params keyed like params)``; with
         ``edge_dim``, ``((d_x, d_edge_attr (E, edge_dim)), d_params)``, ``d_edge_attr`` over
-        the edges of the graph given to forward (shaped as its ``edge_attr``).
+        the edges of the graph given to forward (shaped as its ``edge_attr``). For a pair
+        ``(x_src, x_dst)``, ``d_x`` is the pair ``(d_x_src, d_x_dst)``.
 
         ``input_grad=False`` skips ``d_x`` and ``d_edge_attr`` (returned as ``None``): a
         network's first layer needs no gradient for the data, and it costs a full
         ``(N, H*C) @ (H*C, in)`` product.
         """
         x, graph = cache.x, cache.graph
+        x_dst = x if cache.x_dst is None else cache.x_dst
         xp = get_array_module(x)
-        num_nodes, heads, channels = x.shape[0], self.heads, self.out_channels
+        num_nodes, heads, channels = x_dst.shape[0], self.heads, self.out_channels
         out_shape = (num_nodes, heads * channels) if self.concat else (num_nodes, channels)
         check_cotangent(d_out, out_shape, x.dtype, x, name="d_out")
         src, dst = graph.src_segments(xp), graph.dst_segments(xp)
@@ -316,7 +324,7 @@ class GATConv:
             d_params["bias"] = d_out.sum(axis=0)
         # B8' (of F8') residual: W_res's gradient here, x's at B1
         if self.residual:
-            d_params["W_res"] = d_out.T @ x
+            d_params["W_res"] = d_out.T @ x_dst
         # B8 (of F8) heads: reshape back, or share the mean's gradient equally
         if self.concat:
             d_aggregated = d_out.reshape(num_nodes, heads, channels)
@@ -339,7 +347,7 @@ class GATConv:
         else:
             d_h_src, d_h_dst, d_h_edge, d_att = v2.scores_backward(
                 params, cache.score, cache.h_src, cache.h_dst, d_scores, d_h_src, src, dst,
-                self.negative_slope, self.share_weights, cache.h_edge,
+                self.negative_slope, cache.h_dst is cache.h_src, cache.h_edge,
             )  # fmt: skip
         d_params.update(d_att)
         # B1' (of F1') the edge features' projection: W_e, and the features themselves
@@ -351,28 +359,17 @@ class GATConv:
                 d_edge_attr = d_h_edge @ params["W_e"]  # over the attended edges
                 if cache.loop_fill is not None:  # back through the loops' fill
                     d_edge_attr = fill_self_loops_backward(cache.loop_fill, d_edge_attr)
-        # B1 (of F1) feature transforms; a shared W receives both sides' gradients
-        d_h_src = d_h_src.reshape(num_nodes, heads * channels)
-        if d_h_dst is not None:
-            d_h_dst = d_h_dst.reshape(num_nodes, heads * channels)
-        d_x = None
-        if self._shared:
-            name = "W" if self.version == "v1" else "W_s"
-            d_h = d_h_src if d_h_dst is None else d_h_src + d_h_dst
-            d_params[name] = d_h.T @ x
-            if self.projection_bias:
-                d_params["b_s"] = d_h.sum(axis=0)
-            if input_grad:
-                d_x = d_h @ params[name]
-        else:
-            d_params["W_s"] = d_h_src.T @ x
-            d_params["W_t"] = d_h_dst.T @ x
-            if self.projection_bias:
-                d_params["b_s"], d_params["b_t"] = d_h_src.sum(axis=0), d_h_dst.sum(axis=0)
-            if input_grad:
-                d_x = d_h_src @ params["W_s"] + d_h_dst @ params["W_t"]
-        if self.residual and input_grad:
-            d_x = d_x + d_out @ params["W_res"]  # B8' (of F8'): the skip's share of d_x
+        # B1 (of F1) feature transforms; a map both sides read receives both gradients
+        d_x, d_x_dst = transform_backward(
+            self, params, x, x_dst, d_h_src, d_h_dst, d_params, input_grad
+        )
+        if self.residual and input_grad:  # B8' (of F8'): the skip's share of d_x (d_x_dst)
+            if cache.x_dst is None:
+                d_x = d_x + d_out @ params["W_res"]
+            else:
+                d_x_dst = d_x_dst + d_out @ params["W_res"]
+        if cache.x_dst is not None:
+            d_x = (d_x, d_x_dst)
         d_params = {name: d_params[name] for name in params}
         return (d_x if self.edge_dim is None else (d_x, d_edge_attr)), d_params
 
@@ -386,9 +383,23 @@ class GATConv:
     def _check_inputs(
         self, params: dict[str, Any], x: Any, graph: Graph, edge_attr: Any = None
     ) -> Graph:
-        check_block_inputs(params, self.param_shapes(), "GATConv", x, self.in_channels)
-        check_graph_rows(x, graph)
+        f_src, f_dst = self._in_sizes
+        if isinstance(x, tuple):  # bipartite: (x_src, x_dst), one row per node of each set
+            check_bipartite_inputs(x, graph, "GATConv")
+            if self.lipschitz_norm is not None:
+                raise ValueError("LipschitzNorm is defined on one node set: pass one x")
+            check_block_inputs(params, self.param_shapes(), "GATConv", x[0], f_src, "x_src")
+            check_block_inputs(params, self.param_shapes(), "GATConv", x[1], f_dst, "x_dst")
+        else:
+            if f_src != f_dst:
+                raise ValueError(
+                    f"this GATConv has in_channels={self.in_channels}: pass x as a pair "
+                    "(x_src, x_dst) with a bipartite Graph"
+                )
+            check_block_inputs(params, self.param_shapes(), "GATConv", x, f_src)
+            check_graph_rows(x, graph)
+        x_src = x[0] if isinstance(x, tuple) else x
         check_optional_input(
-            edge_attr, "edge_attr", "edge_dim", self.edge_dim, graph.num_edges, x, "GATConv"
+            edge_attr, "edge_attr", "edge_dim", self.edge_dim, graph.num_edges, x_src, "GATConv"
         )
         return self.prepare_graph(graph)
