@@ -53,6 +53,10 @@ CONFIGURATIONS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "TransformerConv (defaults)": ("TransformerConv", {}),
     "TransformerConv edge_dim, beta": ("TransformerConv", {"edge_dim": 3, "beta": True}),
+    "TransformerConv bipartite (4, 3), edge_dim, beta": (
+        "TransformerConv",
+        {"in_channels": (4, 3), "edge_dim": 3, "beta": True},
+    ),
     "TransformerConv no root_weight, no bias": (
         "TransformerConv",
         {"root_weight": False, "bias": False},

@@ -226,16 +226,20 @@ def _gatv2_projection_entries(
 
 
 def _transformer_entries(layer: TransformerConv, version: tuple[int, int]) -> list[Entry]:
-    hc, n_in = layer.heads * layer.out_channels, layer.in_channels
+    hc = layer.heads * layer.out_channels
+    f_src, f_dst = layer.in_sizes  # keys and values read the sources, the rest the targets
+    pair = isinstance(layer.in_channels, tuple)
     width = hc if layer.concat else layer.out_channels
     hc_words = "(heads * out_channels,)"
     entries = []
-    for lin, name in (("lin_key", "k"), ("lin_query", "q"), ("lin_value", "v")):
+    for lin, name, side in (("lin_key", "k", 0), ("lin_query", "q", 1), ("lin_value", "v", 0)):
+        size = (f_src, f_dst)[side]
+        words = f"in_channels[{side}]" if pair else "in_channels"
         entries.append(
             Entry(
                 f"{lin}.weight",
-                (hc, n_in),
-                "(heads * out_channels, in_channels)",
+                (hc, size),
+                f"(heads * out_channels, {words})",
                 "param",
                 (f"W_{name}",),
             )
@@ -251,19 +255,20 @@ def _transformer_entries(layer: TransformerConv, version: tuple[int, int]) -> li
         entries.append(
             Entry("lin_edge.weight", shape, "(heads * out_channels, edge_dim)", "param", ("W_e",))
         )
+    target = "in_channels[1]" if pair else "in_channels"
     skip_words = (
-        "(heads * out_channels, in_channels) with concat"
+        f"(heads * out_channels, {target}) with concat"
         if layer.concat
-        else "(out_channels, in_channels), concat=False"
+        else f"(out_channels, {target}), concat=False"
     )
     skip_bias = _bias_entry(layer, "lin_skip.bias", "b_skip")
     if layer.root_weight:
-        entries.append(Entry("lin_skip.weight", (width, n_in), skip_words, "param", ("W_skip",)))
+        entries.append(Entry("lin_skip.weight", (width, f_dst), skip_words, "param", ("W_skip",)))
         if layer.bias:
             entries.append(skip_bias)
     else:  # PyG builds lin_skip regardless and never uses it without root_weight
         entries.append(
-            Entry("lin_skip.weight", (width, n_in), skip_words, "ignored", required=False)
+            Entry("lin_skip.weight", (width, f_dst), skip_words, "ignored", required=False)
         )
         if layer.bias:
             entries.append(skip_bias._replace(kind="ignored", ours=(), required=False))

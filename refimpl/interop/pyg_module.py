@@ -9,9 +9,9 @@ per-tensor table as ``refimpl crosscheck FILE.npz``, whose format those arrays f
 
 The module given is not changed: the run uses a deep copy (``.double().eval()``), so the
 caller's dtype, training mode and gradients stay as they were. A configuration refimpl has no
-counterpart for (a bipartite ``TransformerConv``) raises
-:class:`~refimpl.interop.crosscheck.CrosscheckError` saying which. Needs torch and
-torch_geometric (the ``crosscheck`` extra); they are imported when the function is called.
+counterpart for raises :class:`~refimpl.interop.crosscheck.CrosscheckError` saying which.
+Needs torch and torch_geometric (the ``crosscheck`` extra); they are imported when the
+function is called.
 """
 
 from __future__ import annotations
@@ -53,13 +53,15 @@ def pyg_config(module: Any) -> dict[str, Any]:
             f"{type(module).__name__} is not a PyG layer refimpl checks; supported: "
             f"{sorted(_ARGUMENTS)}"
         )
+    for option, defaults in (("aggr", ("add", "sum")), ("flow", ("source_to_target",))):
+        value = getattr(module, option, defaults[0])  # MessagePassing's, not the layer's
+        if value not in defaults:
+            raise CrosscheckError(
+                f"{name} has {option}={value!r}: refimpl's layers use PyG's default "
+                f"{option}={defaults[0]!r}"
+            )
     kwargs = {key: getattr(module, key) for key in _ARGUMENTS[name]}
     if not isinstance(kwargs["in_channels"], int):  # bipartite: (F_src, F_dst), as a list
-        if name == "TransformerConv":
-            raise CrosscheckError(
-                f"{name} has in_channels={kwargs['in_channels']!r}: a bipartite "
-                "TransformerConv has no refimpl counterpart yet (GATConv and GATv2Conv do)"
-            )
         kwargs["in_channels"] = list(kwargs["in_channels"])
     with_bias = module.lin_key.bias if name == "TransformerConv" else module.bias
     kwargs["bias"] = with_bias is not None

@@ -126,11 +126,15 @@ def _forward_steps(
     edge_attr: np.ndarray | None,
     attn_keep: np.ndarray | None,
 ) -> tuple[np.ndarray, Steps]:
-    """F1-F11 of the module docstring: ``(out, steps)``."""
-    n, heads, channels = x.shape[0], conv.heads, conv.out_channels
+    """F1-F11 of the module docstring: ``(out, steps)``. ``x`` one array, or the pair
+    ``(x_src, x_dst)`` of a bipartite graph: queries and the skip read ``x_dst``, keys and
+    values ``x_src``."""
+    x_src, x_dst = x if isinstance(x, tuple) else (x, x)
+    n, heads, channels = x_dst.shape[0], conv.heads, conv.out_channels
     src, dst = np.asarray(edge_index, dtype=np.int64).reshape(2, -1)
-    # F1 node queries, keys, values (N, H, C)
-    q, k, val = (_linear(params, name, x).reshape(n, heads, channels) for name in "qkv")
+    # F1 queries (N_dst, H, C), keys and values (N_src, H, C)
+    q = _linear(params, "q", x_dst).reshape(n, heads, channels)
+    k, val = (_linear(params, name, x_src).reshape(len(x_src), heads, channels) for name in "kv")
     # F2, F3 per-edge keys and values, with the edge term (E, H, C)
     k_edges, val_edges = k[src], val[src]
     if conv.edge_dim is not None:
@@ -159,7 +163,7 @@ def _forward_steps(
     messages = aggregated.reshape(n, -1) if conv.concat else aggregated.mean(axis=1)
     out, skip, gate = messages, None, None
     if conv.root_weight:
-        skip = _linear(params, "skip", x)  # F10 (N, F)
+        skip = _linear(params, "skip", x_dst)  # F10 (N, F)
         if conv.beta:  # F11 gated
             stacked = np.concatenate([messages, skip, messages - skip], axis=1)  # (N, 3F)
             z = np.einsum("f,nf->n", params["w_beta"][0], stacked)  # (N,)
@@ -263,13 +267,14 @@ def transformer_conv_backward(
     without ``edge_dim``, else ``(d_x, d_edge_attr (E, edge_dim))``, as the layer's.
     """
     _, st = _forward_steps(conv, params, x, edge_index, edge_attr, attn_keep)
+    x_src, x_dst = x if isinstance(x, tuple) else (x, x)
     n, heads, channels = st.q.shape
     d_params: dict[str, np.ndarray] = {}
     # B11 (of F11)
     d_messages, d_skip = _gate_backward(conv, params, st, d_out, d_params)
-    d_x = np.zeros_like(x)
+    d_x_dst = np.zeros_like(x_dst)
     if d_skip is not None:  # B10 (of F10) the root weight
-        d_x = _linear_backward(params, "skip", x, d_skip, d_params)
+        d_x_dst = _linear_backward(params, "skip", x_dst, d_skip, d_params)
     # B9 (of F9) heads: reshape back, or 1/H of the mean's gradient to each head (N, H, C)
     if conv.concat:
         d_aggregated = d_messages.reshape(n, heads, channels)
@@ -300,9 +305,14 @@ def transformer_conv_backward(
     if conv.edge_dim is not None:
         d_params["W_e"] = np.einsum("eo,ei->oi", d_ef, edge_attr)  # (H*C, edge_dim)
         d_edge_attr = np.einsum("eo,oi->ei", d_ef, params["W_e"])  # (E, edge_dim)
-    # B1 (of F1) the three projections
-    for name, d_y in (("q", d_q), ("k", d_k), ("v", d_val)):
-        d_x = d_x + _linear_backward(params, name, x, d_y.reshape(n, -1), d_params)
+    # B1 (of F1) the three projections: the query's into x_dst, the key's and value's x_src
+    hc = heads * channels
+    d_x_dst = d_x_dst + _linear_backward(params, "q", x_dst, d_q.reshape(n, hc), d_params)
+    d_x_src = sum(
+        _linear_backward(params, name, x_src, d_y.reshape(len(x_src), hc), d_params)
+        for name, d_y in (("k", d_k), ("v", d_val))
+    )
+    d_x = (d_x_src, d_x_dst) if isinstance(x, tuple) else d_x_src + d_x_dst
     d_params = {name: d_params[name] for name in params}
     if conv.edge_dim is None:
         return d_x, d_params

@@ -168,8 +168,9 @@ def test_an_output_off_by_one_part_in_a_million_fails() -> None:
 @pytest.mark.parametrize(
     ("build", "message"),
     [
-        (lambda: pyg_nn.TransformerConv((4, 5), 3), "a bipartite TransformerConv"),
         (lambda: torch.nn.Linear(4, 3), "not a PyG layer refimpl checks"),
+        (lambda: pyg_nn.GATConv(4, 3, aggr="max"), "aggr='max'"),
+        (lambda: pyg_nn.TransformerConv(4, 3, flow="target_to_source"), "flow='target_to_source'"),
     ],
 )
 def test_a_configuration_without_a_counterpart_is_refused_in_one_line(build, message) -> None:
@@ -203,6 +204,13 @@ BIPARTITE = {
     "GATv2Conv (4, 3) edges, residual, no loops": lambda: pyg_nn.GATv2Conv(
         (4, 3), 3, heads=2, edge_dim=2, residual=True, add_self_loops=False
     ),
+    "TransformerConv (4, 3)": lambda: pyg_nn.TransformerConv((4, 3), 3, heads=2),
+    "TransformerConv (4, 3) edges, beta, mean": lambda: pyg_nn.TransformerConv(
+        (4, 3), 3, heads=2, edge_dim=2, beta=True, concat=False
+    ),
+    "TransformerConv one in_channels, a pair x, no root": lambda: pyg_nn.TransformerConv(
+        4, 3, heads=2, root_weight=False
+    ),
 }
 
 
@@ -212,7 +220,7 @@ def test_bipartite_layers_agree_on_drawn_graphs(name: str, graph, seed: int) -> 
     # x = (x_src, x_dst) on a graph whose targets are a second node set; PyG adds the loops
     # i -> i for the min(N_src, N_dst) nodes both sets have, and so do we
     module = _randomised(BIPARTITE[name]())
-    if module.edge_dim and module.add_self_loops:
+    if module.edge_dim and getattr(module, "add_self_loops", False):
         # PyG reduces the loops' features over min(N_src, N_dst) targets and fails (an index
         # out of range) on a graph with more targets than sources; ours reads the loops' rows
         assume(graph.num_dst_nodes <= graph.num_nodes)

@@ -286,10 +286,19 @@ def test_gat_options_state_dict_keys_shapes_and_order_are_pygs(case: tuple) -> N
         GATConv((3, 4), 2, heads=2, edge_dim=2, residual=True, concat=False),
         GATConv((3, 4), 2, heads=2, version="v2", projection_bias=True, residual=True),
         GATConv((3, 4), 2, version="v2", bias=False, edge_dim=1),
+        TransformerConv((3, 4), 2, heads=2, edge_dim=2, beta=True),
+        TransformerConv((3, 4), 2, heads=2, concat=False, root_weight=False, bias=False),
     ],
-    ids=["v1", "v1-edges-residual-mean", "v2-biases-residual", "v2-no-bias-edges"],
+    ids=[
+        "v1",
+        "v1-edges-residual-mean",
+        "v2-biases-residual",
+        "v2-no-bias-edges",
+        "transformer-edges-beta",
+        "transformer-mean-no-root-no-bias",
+    ],
 )
-def test_bipartite_state_dict_keys_shapes_and_order_are_pygs(layer: GATConv) -> None:
+def test_bipartite_state_dict_keys_shapes_and_order_are_pygs(layer: object) -> None:
     # in_channels = (F_src, F_dst): lin_src/lin_dst (v1), lin_l/lin_r (v2) of two widths,
     # res reading the targets' width
     module = pyg_module(layer)

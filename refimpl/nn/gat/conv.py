@@ -132,7 +132,7 @@ class GATConv:
 
     # -- parameters ------------------------------------------------------------------
     @property
-    def _in_sizes(self) -> tuple[int, int]:
+    def in_sizes(self) -> tuple[int, int]:
         """``(F_src, F_dst)``: the sources' and the targets' feature widths."""
         sizes = self.in_channels
         return sizes if isinstance(sizes, tuple) else (sizes, sizes)
@@ -140,7 +140,7 @@ class GATConv:
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Names and shapes of the parameters, in order."""
         hc, h, c = self.heads * self.out_channels, self.heads, self.out_channels
-        f_src, f_dst = self._in_sizes
+        f_src, f_dst = self.in_sizes
         if self.version == "v1":
             if isinstance(self.in_channels, tuple):  # bipartite: lin_src, lin_dst
                 shapes = {"W_s": (hc, f_src), "W_t": (hc, f_dst)}
@@ -181,7 +181,7 @@ class GATConv:
             if name == "bias":
                 value = np.zeros(shape)
             elif name in ("b_s", "b_t"):
-                bound = 1.0 / np.sqrt(self._in_sizes[name == "b_t"])
+                bound = 1.0 / np.sqrt(self.in_sizes[name == "b_t"])
                 value = rng.uniform(-bound, bound, size=shape)
             else:
                 bound = np.sqrt(6.0 / (shape[0] + shape[1]))
@@ -383,7 +383,7 @@ class GATConv:
     def _check_inputs(
         self, params: dict[str, Any], x: Any, graph: Graph, edge_attr: Any = None
     ) -> Graph:
-        f_src, f_dst = self._in_sizes
+        f_src, f_dst = self.in_sizes
         if isinstance(x, tuple):  # bipartite: (x_src, x_dst), one row per node of each set
             check_bipartite_inputs(x, graph, "GATConv")
             if self.lipschitz_norm is not None:

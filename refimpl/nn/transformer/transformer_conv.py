@@ -60,8 +60,12 @@ Differences from PyG: ``beta=True`` with ``root_weight=False`` is refused (PyG
 silently drops ``beta``); ``edge_attr`` without ``edge_dim`` is refused (PyG
 adds it untransformed to the values); the attention dropout mask can be passed
 in; ``attention_weights`` returns the coefficients before dropout, as PyG's
-``return_attention_weights`` does. Bipartite inputs ``(x_src, x_dst)`` are not
-supported.
+``return_attention_weights`` does.
+
+Bipartite input, as PyG's: ``x = (x_src, x_dst)`` on a graph whose targets are a second node
+set, ``in_channels = (F_src, F_dst)`` (or one int for both): queries and the root weight read
+``x_dst``, keys and values ``x_src`` (:mod:`refimpl.nn.transformer.projections`), the output
+has a row per target; not combined with LipschitzNorm.
 """
 
 from __future__ import annotations
@@ -75,32 +79,27 @@ import numpy as np
 from refimpl.backend import asarray, get_array_module
 from refimpl.graph import Graph
 from refimpl.kernels.segment import gather, segment_softmax, segment_softmax_backward, segment_sum
-from refimpl.nn.attention_common import project, project_backward
 from refimpl.nn.lipschitz.neighbourhood_norm import (
     TransformerLipschitzCache,
     transformer_lipschitz_scores,
     transformer_lipschitz_scores_backward,
 )
+from refimpl.nn.transformer.config import check_config, check_inputs
+from refimpl.nn.transformer.projections import node_projections, node_projections_backward
 from refimpl.nn.transformer.root_weight import root_weight, root_weight_backward
 from refimpl.ops.dropout import Dropout
 from refimpl.ops.propagate import propagate, propagate_backward
 from refimpl.validation import (
-    check_block_inputs,
     check_cotangent,
-    check_graph_rows,
-    check_optional_input,
-    check_positive_int,
 )
 
 __all__ = ["TransformerConv", "TransformerConvCache"]
-
-LIPSCHITZ_NORMS = (None, "paper")
 
 
 class TransformerConvCache(NamedTuple):
     """What ``TransformerConv.backward`` reads."""
 
-    x: Any  # (N, in)
+    x: Any  # (N, in); of a bipartite input (x_src, x_dst), x_src
     graph: Graph
     edge_attr: Any  # (E, edge_dim) or None
     q: Any  # (N, H, C) queries
@@ -114,6 +113,7 @@ class TransformerConvCache(NamedTuple):
     messages: Any  # (N, F) heads combined, before the root weight
     skip: Any  # (N, F) x_r = W_skip x + b_skip, or None
     gate: Any  # (N, 1) b = sigmoid(...) with beta, else None
+    x_dst: Any = None  # (N_dst, F_dst) the targets' features of a bipartite input, or None
 
 
 @dataclass(frozen=True)
@@ -132,24 +132,15 @@ class TransformerConv:
     lipschitz_norm: str | None = None  # None (1 / sqrt(C)) | "paper" (LipschitzNorm Eq. 19)
 
     def __post_init__(self) -> None:
-        for name in ("in_channels", "out_channels", "heads"):
-            check_positive_int(getattr(self, name), f"TransformerConv {name}")
-        if self.edge_dim is not None:
-            check_positive_int(self.edge_dim, "TransformerConv edge_dim")
-        if isinstance(self.dropout, bool) or not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
-        if self.lipschitz_norm not in LIPSCHITZ_NORMS:
-            raise ValueError(
-                f"lipschitz_norm must be None or 'paper' (LipschitzNorm Eq. 19), "
-                f"got {self.lipschitz_norm!r}"
-            )
-        if self.beta and not self.root_weight:
-            raise ValueError(
-                "beta=True gates the root weight's output, so it needs root_weight=True "
-                "(PyG silently ignores beta without it); set beta=False or root_weight=True"
-            )
+        check_config(self)
 
     # -- parameters ------------------------------------------------------------------
+    @property
+    def in_sizes(self) -> tuple[int, int]:
+        """``(F_src, F_dst)``: keys and values read the first, queries and the skip the second."""
+        sizes = self.in_channels
+        return sizes if isinstance(sizes, tuple) else (sizes, sizes)
+
     @property
     def _width(self) -> int:
         """``F``: output width, ``H*C`` (concat) or ``C`` (mean)."""
@@ -158,15 +149,16 @@ class TransformerConv:
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Names and shapes of the parameters, in order."""
         hc, width = self.heads * self.out_channels, self._width
+        f_src, f_dst = self.in_sizes
         shapes: dict[str, tuple[int, ...]] = {}
-        for name in ("q", "k", "v"):
-            shapes[f"W_{name}"] = (hc, self.in_channels)
+        for name, size in (("q", f_dst), ("k", f_src), ("v", f_src)):
+            shapes[f"W_{name}"] = (hc, size)
             if self.bias:
                 shapes[f"b_{name}"] = (hc,)
         if self.edge_dim is not None:
             shapes["W_e"] = (hc, self.edge_dim)
         if self.root_weight:
-            shapes["W_skip"] = (width, self.in_channels)
+            shapes["W_skip"] = (width, f_dst)
             if self.bias:
                 shapes["b_skip"] = (width,)
         if self.beta:
@@ -183,9 +175,10 @@ class TransformerConv:
         same fan-in; the same distribution as PyG, not the same draws.
         """
         params = {}
+        f_src, f_dst = self.in_sizes
         for name, shape in self.param_shapes().items():
-            # a weight (out, in) has fan-in ``in``; every bias belongs to a linear that reads x
-            fan_in = shape[1] if len(shape) == 2 else self.in_channels
+            # a weight (out, in) has fan-in ``in``; a bias, its linear's input width
+            fan_in = shape[1] if len(shape) == 2 else (f_src if name in ("b_k", "b_v") else f_dst)
             bound = 1.0 / math.sqrt(fan_in)
             params[name] = asarray(rng.uniform(-bound, bound, size=shape), backend, dtype)
         return params
@@ -207,7 +200,8 @@ class TransformerConv:
         ----------
         params : dict
             As from :meth:`init_params` (see :meth:`param_shapes`).
-        x : (N, in_channels) float array
+        x : (N, in_channels) float array, or a pair ``(x_src, x_dst)``
+            The pair on a bipartite graph (``N_src`` sources, ``N_dst`` targets).
         graph : Graph
             On ``N`` nodes, used as given (no self-loops added).
         edge_attr : (E, edge_dim) float array, optional
@@ -224,13 +218,15 @@ class TransformerConv:
         out : (N, H*C) if ``concat`` else (N, C)
         cache : TransformerConvCache
         """
-        self._check_inputs(params, x, graph, edge_attr)
-        xp = get_array_module(x)
-        n, heads, channels = x.shape[0], self.heads, self.out_channels
+        check_inputs(self, params, x, graph, edge_attr)
+        x_src, x_dst = (x[0], x[1]) if isinstance(x, tuple) else (x, x)
+        xp = get_array_module(x_src)
+        n, heads, channels = x_dst.shape[0], self.heads, self.out_channels
         src, dst = graph.src_segments(xp), graph.dst_segments(xp)
 
-        # F1 node queries, keys, values (N, H, C) (supplement Eq. 3-5, with PyG's biases)
-        q, k, val = (y.reshape(n, heads, channels) for y in project(params, "qkv", x, self.bias))
+        # F1 queries (N_dst, H, C), keys and values (N_src, H, C) (supplement Eq. 3-5, PyG's
+        # biases; refimpl.nn.transformer.projections)
+        q, k, val = node_projections(self, params, x_src, x_dst)
         # F2 edge features ef = W_e e_uv (E, H, C) (supplement Eq. 12-13: one W_e for both)
         edge_features = None
         if self.edge_dim is not None:
@@ -267,9 +263,9 @@ class TransformerConv:
         out, skip, gate = messages, None, None
         if self.root_weight:
             # F10-F11 root weight x_r = W_skip x_v + b_skip, added or gated by beta (N, F)
-            out, skip, gate = root_weight(params, x, messages, self.bias, self.beta)
+            out, skip, gate = root_weight(params, x_dst, messages, self.bias, self.beta)
         cache = TransformerConvCache(
-            x,
+            x_src,
             graph,
             edge_attr,
             q,
@@ -283,6 +279,7 @@ class TransformerConv:
             messages,
             skip,
             gate,
+            None if x_dst is x_src else x_dst,
         )
         return out, cache
 
@@ -297,12 +294,14 @@ class TransformerConv:
         """Gradients of ``<d_out, out>``: ``(d_inputs, d_params keyed like params)``.
 
         ``d_inputs`` is ``d_x (N, in)`` without ``edge_dim``, else the tuple
-        ``(d_x, d_edge_attr (E, edge_dim))``. ``input_grad=False`` returns ``None``
-        in place of ``d_x`` (a first layer needs no gradient for its data).
+        ``(d_x, d_edge_attr (E, edge_dim))``; ``d_x`` is the pair ``(d_x_src, d_x_dst)`` for a
+        pair input. ``input_grad=False`` returns ``None`` in place of ``d_x`` (a first layer
+        needs no gradient for its data).
         """
         x, graph = cache.x, cache.graph
+        x_dst = x if cache.x_dst is None else cache.x_dst
         xp = get_array_module(x)
-        n, heads, channels = x.shape[0], self.heads, self.out_channels
+        n, heads, channels = x_dst.shape[0], self.heads, self.out_channels
         check_cotangent(d_out, (n, self._width), x.dtype, x, name="d_out")
         src, dst = graph.src_segments(xp), graph.dst_segments(xp)
         d_params: dict[str, Any] = {}
@@ -362,12 +361,10 @@ class TransformerConv:
             d_ef = d_edge_features.reshape(-1, heads * channels)  # (E, H*C)
             d_params["W_e"] = d_ef.T @ cache.edge_attr  # (H*C, edge_dim)
             d_edge_attr = d_ef @ params["W_e"]  # (E, edge_dim)
-        # B1 (of F1) the three projections and B10's root weight (F, in): x receives them all
-        names, d_ys = ["q", "k", "v"], [d_q, d_k, d_val]  # (N, H, C) each
-        if d_skip is not None:
-            names.append("skip")
-            d_ys.append(d_skip)  # (N, F)
-        d_x = project_backward(params, names, x, d_ys, d_params, self.bias, input_grad)
+        # B1 (of F1) the three projections and B10's root weight (F, in)
+        d_x = node_projections_backward(
+            self, params, x, x_dst, d_q, d_k, d_val, d_skip, d_params, input_grad
+        )
         d_params = {name: d_params[name] for name in params}
         if self.edge_dim is None:
             return d_x, d_params
@@ -396,12 +393,6 @@ class TransformerConv:
         return terms / gather(cache.lipschitz.denominator, dst)[..., None]
 
     # -- helpers -------------------------------------------------------------------------
-    def _check_inputs(self, params: dict[str, Any], x: Any, graph: Graph, edge_attr: Any) -> None:
-        check_block_inputs(params, self.param_shapes(), "TransformerConv", x, self.in_channels)
-        check_graph_rows(x, graph)
-        check_optional_input(
-            edge_attr, "edge_attr", "edge_dim", self.edge_dim, graph.num_edges, x, "TransformerConv"
-        )
 
 
 # -- small pieces ---------------------------------------------------------------------------
