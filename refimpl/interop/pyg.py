@@ -34,8 +34,9 @@ ours                PyG >= 2.5          PyG 2.0 - 2.4            PyG 1.6 - 1.7
 Attention vectors are ``(1, H, C)`` in every PyG release. (*) One module under two
 names (``lin_dst = lin_src`` for an int ``in_channels``): both keys are in the state
 dict with equal tensors, and must be equal here. PyG >= 2.5 writes ``lin_src`` and
-``lin_dst`` only for a bipartite layer (``in_channels`` a pair): equal ones are
-accepted, different ones refused (refimpl's layer is not bipartite). PyG <= 1.5 had
+``lin_dst`` only for a bipartite layer (``in_channels`` a pair): ``W_s`` and ``W_t`` of
+``GATConv(in_channels=(F_src, F_dst))``; a layer with one ``in_channels`` reads equal ones
+as its ``W`` and refuses different ones, saying so. PyG <= 1.5 had
 ``weight (in, H*C)`` (``W`` transposed: it computed ``x @ weight``) and
 ``att (1, H, 2C)``, whose first ``C`` entries multiply the target's features
 (``att_dst``) and the last ``C`` the source's (``att_src``), and always replaced

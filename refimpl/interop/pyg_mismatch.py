@@ -61,7 +61,7 @@ def _alias_problem(layer: GATConv | TransformerConv, head: str, entry: Entry) ->
     return (
         f"{key} differs from {source}: PyG holds two different weights only for a bipartite "
         "GATConv (in_channels given as a pair, separate source and target transforms); "
-        "refimpl's GATConv is not bipartite and has one W for both sides"
+        "construct refimpl's with in_channels=(F_src, F_dst) to load them as W_s and W_t"
     )
 
 
