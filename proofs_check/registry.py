@@ -67,6 +67,11 @@ class Record:
     margin: float  # > 0 inside the bound, see the module docstring
     passed: bool
     n_cases: int  # cases evaluated; measured/bound/margin are those of the worst one
+    relation: str = "<="  # what holds: "<=" (measured <= bound, an upper bound) or ">="
+
+    @property
+    def sense(self) -> Sense:
+        return "upper" if self.relation == "<=" else "lower"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -175,6 +180,7 @@ class Check:
             # No case evaluated proves nothing: n_cases == 0 leaves the margin NaN.
             passed=bool(worst.margin >= 0),
             n_cases=int(worst.n_cases),
+            relation="<=" if worst.sense == "upper" else ">=",
         )
 
 

@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 from collections.abc import Sequence
 from typing import TextIO
 
@@ -26,9 +27,9 @@ from refimpl.cli.errors import OneLineParser, one_line
 from refimpl.cli.types import non_negative_int
 from refimpl.files import atomic_write, check_output_file
 
-__all__ = ["format_errata", "format_table", "main", "run"]
+__all__ = ["WIDTH", "errata_records", "format_errata", "format_table", "main", "run"]
 
-_STATEMENT_WIDTH = 52  # the table stays under ~150 columns
+WIDTH = 100  # the report fits a 100-column terminal
 _PROG = "python -m proofs_check"
 
 
@@ -43,20 +44,17 @@ def run(
     return [one(seed=seed, cases=cases, backend=backend) for one in select(pattern)]
 
 
-def _truncate(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 3] + "..."
-
-
 def format_table(records: Sequence[Record]) -> str:
-    """The records as an aligned text table, one row per check."""
-    header = ("id", "paper", "statement", "bound", "measured", "margin", "cases", "verdict")
+    """The records as an aligned table under :data:`WIDTH` columns: per check a row with the
+    worst case's ``measured``, the relation that must hold (``<=`` or ``>=``) and the
+    ``bound``, then the paper and statement on their own wrapped lines."""
+    header = ("id", "measured", "", "bound", "margin", "cases", "verdict")
     rows = [
         (
             r.id,
-            r.paper,
-            _truncate(r.statement, _STATEMENT_WIDTH),
-            f"{r.bound:.6g}",
-            f"{r.measured:.6g}",
+            f"{r.measured:.5g}",
+            r.relation,
+            f"{r.bound:.5g}",
             f"{r.margin:+.2e}",
             str(r.n_cases),
             "pass" if r.passed else "FAIL",
@@ -64,7 +62,7 @@ def format_table(records: Sequence[Record]) -> str:
         for r in records
     ]
     widths = [max(len(row[k]) for row in [header, *rows]) for k in range(len(header))]
-    numeric = {3, 4, 5, 6}  # right-aligned columns
+    numeric = {1, 3, 4, 5}  # right-aligned columns
 
     def line(row: Sequence[str]) -> str:
         cells = (
@@ -73,8 +71,23 @@ def format_table(records: Sequence[Record]) -> str:
         )
         return "  ".join(cells).rstrip()
 
-    rule = "  ".join("-" * width for width in widths)
-    return "\n".join([line(header), rule, *(line(row) for row in rows)])
+    lines = [line(header), "  ".join("-" * width for width in widths)]
+    for record, row in zip(records, rows, strict=True):
+        lines.append(line(row))
+        lines += _wrapped(f"{record.paper}: {record.statement}", "    ")
+    return "\n".join(lines)
+
+
+def _wrapped(text: str, indent: str, first: str | None = None) -> list[str]:
+    """``text`` wrapped to :data:`WIDTH` columns (``first`` opens the first line)."""
+    return textwrap.wrap(
+        text,
+        WIDTH,
+        initial_indent=indent if first is None else first,
+        subsequent_indent=indent,
+        break_long_words=True,
+        break_on_hyphens=False,
+    )
 
 
 def format_errata(errata: Sequence[tuple[Erratum, Evidence]]) -> str:
@@ -82,15 +95,34 @@ def format_errata(errata: Sequence[tuple[Erratum, Evidence]]) -> str:
     lines = ["Errata (printed formulas that are wrong; counterexamples evaluated now)"]
     for erratum, evidence in errata:
         verdict = "demonstrated" if evidence.demonstrated else "NOT DEMONSTRATED"
-        lines += [
-            f"  {erratum.id}  [{verdict}]",
-            f"    where:   {erratum.paper}, {erratum.location}",
-            f"    printed: {erratum.printed}",
-            f"    correct: {erratum.correct}",
-            f"    counterexample: {erratum.counterexample}:",
-            f"      {evidence.detail}",
-        ]
+        lines += _wrapped(f"{erratum.id}  [{verdict}]", "    ", "  ")
+        for label, text in (
+            ("where:   ", f"{erratum.paper}, {erratum.location}"),
+            ("printed: ", erratum.printed),
+            ("correct: ", erratum.correct),
+            ("counterexample: ", f"{erratum.counterexample}:"),
+        ):
+            lines += _wrapped(text, "      ", "    " + label)
+        lines += _wrapped(evidence.detail, "      ")
     return "\n".join(lines)
+
+
+def errata_records(errata: Sequence[tuple[Erratum, Evidence]]) -> list[dict]:
+    """The errata as ``--json`` writes them: ``id``, ``paper``, ``where``, ``printed``,
+    ``correct``, ``counterexample``, ``detail`` (the evaluated numbers), ``demonstrated``."""
+    return [
+        {
+            "id": erratum.id,
+            "paper": erratum.paper,
+            "where": erratum.location,
+            "printed": erratum.printed,
+            "correct": erratum.correct,
+            "counterexample": erratum.counterexample,
+            "detail": evidence.detail,
+            "demonstrated": bool(evidence.demonstrated),
+        }
+        for erratum, evidence in errata
+    ]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -123,7 +155,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--json",
         metavar="PATH",
-        help="also write the records as a JSON list (its folder must exist)",
+        help='also write {"checks": [...], "errata": [...]} as JSON (its folder must exist)',
     )
     return parser
 
@@ -167,7 +199,8 @@ def _main(args: argparse.Namespace, out: TextIO) -> int:
         return 2
 
     if json_path is not None:
-        text = json.dumps([r.as_dict() for r in records], indent=2) + "\n"
+        report = {"checks": [r.as_dict() for r in records], "errata": errata_records(errata)}
+        text = json.dumps(report, indent=2) + "\n"
         atomic_write(json_path, lambda stream: stream.write(text.encode()))
 
     if records:

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 import proofs_check
 from proofs_check import errata, erratum, runner, softmax
+from proofs_check.errata import ERRATA
 from proofs_check.registry import Record, WorstCase, check, margin_of
 from refimpl.backend import to_numpy
 from refimpl.kernels.segment import segment_softmax
@@ -34,6 +35,17 @@ RECORD_TYPES = {
     "margin": float,
     "passed": bool,
     "n_cases": int,
+    "relation": str,
+}
+ERRATUM_TYPES = {
+    "id": str,
+    "paper": str,
+    "where": str,
+    "printed": str,
+    "correct": str,
+    "counterexample": str,
+    "detail": str,
+    "demonstrated": bool,
 }
 FAST = 8  # random cases per check in these tests: the fixed adversarial cases always run
 REPO = Path(__file__).resolve().parents[1]
@@ -177,7 +189,7 @@ def test_a_segment_softmax_that_skips_normalising_fails(monkeypatch):
 
 
 # -- the CLI --------------------------------------------------------------------------------
-def test_cli_writes_a_json_list_and_exits_zero(tmp_path):
+def test_cli_writes_checks_and_errata_as_json_and_exits_zero(tmp_path):
     path = tmp_path / "records.json"
     done = subprocess.run(
         [sys.executable, "-m", "proofs_check", "--cases", str(FAST), "--json", str(path)],
@@ -188,9 +200,14 @@ def test_cli_writes_a_json_list_and_exits_zero(tmp_path):
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    records = json.loads(path.read_text())
-    assert isinstance(records, list) and [r["id"] for r in records] == CHECK_IDS
+    report = json.loads(path.read_text())
+    records, errata = report["checks"], report["errata"]
+    assert set(report) == {"checks", "errata"} and [r["id"] for r in records] == CHECK_IDS
     assert all(set(r) == set(RECORD_TYPES) and r["passed"] is True for r in records)
+    assert [e["id"] for e in errata] == [e.id for e in ERRATA]
+    for entry in errata:
+        assert {key: type(value) for key, value in entry.items()} == ERRATUM_TYPES
+        assert entry["demonstrated"] is True
     lines = done.stdout.strip().splitlines()
     assert lines[-1] == f"{len(CHECK_IDS)} checks, {len(CHECK_IDS)} passed, 0 failed"
     assert "Errata" in done.stdout and "lipschitznorm.lemma2.proof.row_sums" in done.stdout
@@ -201,10 +218,43 @@ def test_cli_pattern_that_selects_nothing_is_a_usage_error(capsys):
     assert "no check or erratum" in capsys.readouterr().err
 
 
-def test_table_is_aligned():
-    table = runner.format_table(runner.run(cases=0)).splitlines()
+def test_table_is_aligned_and_fits_100_columns():
+    records = runner.run(cases=0)
+    table = runner.format_table(records).splitlines()
     verdict_column = table[0].index("verdict")
-    assert all(line[verdict_column:].strip() in {"verdict", "-------", "pass"} for line in table)
+    rows = [line for line in table[2:] if not line.startswith("    ")]  # statements indented
+    assert len(rows) == len(records)
+    assert all(line[verdict_column:].strip() == "pass" for line in rows)
+    assert max(map(len, table)) <= runner.WIDTH == 100
+    # every statement in full (wrapped, never cut), under its row
+    text = " ".join(line.strip() for line in table)
+    assert all(" ".join(f"{r.paper}: {r.statement}".split()) in text for r in records)
+
+
+def test_each_row_shows_the_relation_that_must_hold():
+    # upper bounds measured <= bound, lower bounds (the negative controls, Lemma 2's lower)
+    # measured >= bound; the margin is measured inside the bound either way
+    records = runner.run(cases=0)
+    by_id = {r.id: r for r in records}
+    assert by_id["lipschitznorm.lemma2.lower"].relation == ">="
+    assert by_id["gat_balance.negative_control.elu"].relation == ">="
+    assert by_id["lipschitz.cor1"].relation == "<="
+    for record in records:
+        inside = record.bound - record.measured if record.relation == "<=" else (
+            record.measured - record.bound)  # fmt: skip
+        assert record.margin == pytest.approx(inside, rel=1e-12, abs=1e-300), record.id
+        row = next(line for line in runner.format_table([record]).splitlines()[2:])
+        assert f" {record.relation} " in row
+
+
+def test_errata_lines_fit_100_columns_and_carry_every_field():
+    errata = [(e, e.evaluate()) for e in ERRATA]
+    text = runner.format_errata(errata)
+    assert max(map(len, text.splitlines())) <= runner.WIDTH
+    flat = " ".join(text.split())
+    for entry, evidence in errata:
+        for field in (entry.printed, entry.correct, evidence.detail):
+            assert " ".join(field.split()) in flat, entry.id
 
 
 def run_main(capsys, *argv: str) -> tuple[int, str, str]:
@@ -247,7 +297,7 @@ def test_proofs_check_json_is_written_atomically(monkeypatch, tmp_path, capsys):
     path = tmp_path / "records.json"
     assert run_main(capsys, "--only", "softmax.rows", "--cases", "0", "--json", str(path))[0] == 0
     written = path.read_text()
-    assert [r["id"] for r in json.loads(written)] == ["softmax.rows_sum_to_one"]
+    assert [r["id"] for r in json.loads(written)["checks"]] == ["softmax.rows_sum_to_one"]
 
     def full_disk(target, write):
         raise OSError(28, "No space left on device")
