@@ -13,7 +13,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from proofs_check import conservation, lipschitz, prf, softmax
+from proofs_check import (
+    conservation,
+    errata_gat_balance,
+    errata_nodeformer,
+    lipschitz,
+    prf,
+    softmax,
+)
 from proofs_check.erratum import Erratum, Evidence
 from refimpl.diagnostics import conservation_residuals
 from refimpl.graph import Graph
@@ -237,7 +244,42 @@ def _input_vectors_are_columns() -> Evidence:
     )
 
 
+def _centre_is_softmax_of_x() -> Evidence:
+    # The directional derivative of the row softmax at X along B: D_jk = S_jk (B_jk -
+    # sum_l S_jl B_jl), S = softmax(X). So (A D^T)_ij = sum_k S_jk B_jk (A_ik - (A S^T)_ij):
+    # the centre is the average of A's columns under softmax(X), as printed under softmax(B).
+    rng = np.random.default_rng(92)
+    a, x, b = rng.standard_normal((2, 3)), rng.standard_normal((2, 3)), rng.standard_normal((2, 3))
+    s, s_b = softmax.row_softmax(x), softmax.row_softmax(b)  # (m, n) each
+    derivative = s * (b - (s * b).sum(axis=1, keepdims=True))  # D_X softmax(B), (m, n)
+    exact = a @ derivative.T  # (d, m)
+
+    def expansion(centre_rows: np.ndarray) -> np.ndarray:
+        centre = a @ centre_rows.T  # (A softmax(.)^T)_ij, (d, m)
+        return np.einsum("jk,ik->ij", s * b, a) - centre * (s * b).sum(axis=1)[None, :]
+
+    printed, correct = expansion(s_b), expansion(s)
+    return Evidence(
+        printed_holds=bool(np.allclose(printed, exact, rtol=1e-12, atol=0)),
+        correct_holds=bool(np.allclose(correct, exact, rtol=1e-12, atol=1e-15)),
+        detail=f"A, X, B random 2 x 3 (seed 92): |printed - A D_X softmax(B)^T| = "
+        f"{np.abs(printed - exact).max():.3f}, with softmax(X): "
+        f"{np.abs(correct - exact).max():.1e}",
+    )
+
+
 ERRATA += [
+    Erratum(
+        id="lipschitznorm.lemma1.proof.centre_softmax_of_x",
+        paper="LipschitzNorm",
+        location="App. Sec. 9.2, proof of Lemma 1 (= Lemma 4), the expansion of "
+        "(A D_X softmax(B)^T)_ij",
+        printed="... = sum_k softmax(X)_jk B_jk (A_ik - (A softmax(B)^T)_ij)",
+        correct="... = sum_k softmax(X)_jk B_jk (A_ik - (A softmax(X)^T)_ij) (the derivative "
+        "is taken at X; B is only the direction)",
+        counterexample="A, X, B random 2 x 3, seed 92",
+        evaluate=_centre_is_softmax_of_x,
+    ),
     Erratum(
         id="lipschitznorm.sec3_2.lipschitz_norms_swapped",
         paper="LipschitzNorm",
@@ -284,3 +326,5 @@ ERRATA += [
 ]
 
 ERRATA += prf.errata()
+
+ERRATA += errata_gat_balance.ERRATA + errata_nodeformer.ERRATA
