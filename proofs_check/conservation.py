@@ -37,6 +37,7 @@ ReLU, LeakyReLU of any slope and the identity, not for ELU (negative control).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -49,6 +50,7 @@ from refimpl.init import INITIALISERS, balance
 from refimpl.models import GAT
 from refimpl.neurons import layer_structure, neuron_sums
 from refimpl.ops.losses import SoftmaxCrossEntropy
+from refimpl.testing import GRADCHECK_RTOL, check_gradients
 
 __all__ = [
     "RESIDUAL_TOL",
@@ -95,6 +97,7 @@ def random_case(ctx: Context, **model_options: Any) -> tuple[GAT, dict, Any, Gra
         "num_layers": int(rng.integers(2, 6)),
         "hidden_channels": int(rng.integers(2, 7)),
         "heads": int(rng.integers(1, 4)),
+        "negative_slope": float(rng.choice([0.2, 0.01, 0.5])),  # the attention LeakyReLU
         **model_options,
     }
     n, features, classes = (
@@ -115,10 +118,18 @@ def random_case(ctx: Context, **model_options: Any) -> tuple[GAT, dict, Any, Gra
     return model, params, ctx.asarray(x), graph, ctx.xp.asarray(y), ctx.xp.asarray(mask)
 
 
-def _law_check(ctx: Context, zero_attention: bool = False, **model_options: Any) -> WorstCase:
+def _law_check(
+    ctx: Context,
+    zero_attention: bool = False,
+    per_case: Callable[[np.random.Generator], dict] | None = None,
+    **model_options: Any,
+) -> WorstCase:
+    """The law's relative residual over ``random_case`` models; ``per_case(rng)`` draws more
+    model options for every case (a slope, weight sharing), ``model_options`` fix them."""
     worst = WorstCase("upper")
     for _ in range(max(ctx.cases, 1)):  # at least one case: none proves nothing
-        model, params, x, graph, y, mask = random_case(ctx, **model_options)
+        drawn = {} if per_case is None else per_case(ctx.rng)
+        model, params, x, graph, y, mask = random_case(ctx, **model_options, **drawn)
         if zero_attention:
             for layer in layer_structure(params):
                 params.update({k: params[k] * 0 for k in layer.attention})
@@ -230,15 +241,11 @@ def remark2_5_gcn(ctx: Context) -> WorstCase:
     statement="with bias b^l[i] and residual rows incoming, LeakyReLU phi (Sec. 3, Def. 2.1)",
 )
 def law_bias_residual(ctx: Context) -> WorstCase:
-    slope = float(ctx.rng.uniform(0.0, 2.0))
-    return _law_check(
-        ctx,
-        bias=True,
-        residual=True,
-        activation="leaky_relu",
-        activation_slope=slope,
-        share_weights=bool(ctx.rng.integers(2)),
-    )
+    def per_case(rng: np.random.Generator) -> dict:  # phi's slope and the sharing, every case
+        return {"activation_slope": float(rng.uniform(0.0, 2.0)),
+                "share_weights": bool(rng.integers(2))}  # fmt: skip
+
+    return _law_check(ctx, False, per_case, bias=True, residual=True, activation="leaky_relu")
 
 
 # -- Cor 2.3 / 2.4 -------------------------------------------------------------------
@@ -315,6 +322,47 @@ def cor2_4_drift_vs_lr(ctx: Context) -> WorstCase:
         ratio = np.linalg.norm(coarse) / np.linalg.norm(fine)
         worst.add(abs(ratio - 2.0), 0.2)
     return worst
+
+
+# -- the gradients the laws are checked on ----------------------------------------------
+@check(
+    id="gat_balance.gradients.central_differences",
+    paper="GAT-balance",
+    statement="the hand-written gradients the law checks read agree with central differences "
+    "(the law itself is a rescaling identity, which a wrong derivative can satisfy)",
+)
+def gradients_central_differences(ctx: Context) -> WorstCase:
+    # Eq. 3 follows from the loss's invariance under rescaling a neuron's weights; a backward
+    # whose attention-activation derivative is wrong keeps that invariance and passes the law
+    # checks, so they certify gradients only together with this check.
+    worst = WorstCase("upper")
+    for _ in range(max(ctx.cases // 8, 1)):
+        version = str(ctx.rng.choice(["v1", "v2"]))
+        sharing = bool(ctx.rng.integers(2))
+        model, params, x, graph, y, mask = random_case(ctx, version=version, share_weights=sharing)
+        loss = _Loss(model, y, mask)
+        report = check_gradients(loss, params, (x, graph), max_entries=20, rng=ctx.rng)
+        worst.add(report.max_rel_error, GRADCHECK_RTOL)
+    return worst
+
+
+class _Loss:
+    """The law checks' loss as a block for :func:`refimpl.testing.check_gradients`: the mean
+    cross-entropy of ``model`` over ``mask`` (a scalar), with the same backward as
+    :func:`gradients`."""
+
+    def __init__(self, model: GAT, y: Any, mask: Any) -> None:
+        self.model, self.y, self.mask = model, y, mask
+
+    def forward(self, params: dict, x: Any, graph: Graph) -> tuple:
+        logits, cache = self.model.forward(params, x, graph)
+        value, loss_cache = SoftmaxCrossEntropy().forward({}, logits, self.y, self.mask)
+        return value, (cache, loss_cache)
+
+    def backward(self, params: dict, caches: tuple, d_value: Any) -> tuple:
+        cache, loss_cache = caches
+        d_logits, _ = SoftmaxCrossEntropy().backward({}, loss_cache, float(d_value))
+        return self.model.backward(params, cache, d_logits)
 
 
 # -- negative controls -----------------------------------------------------------------

@@ -27,9 +27,14 @@ from refimpl.cli.errors import OneLineParser, one_line
 from refimpl.cli.types import non_negative_int
 from refimpl.files import atomic_write, check_output_file
 
-__all__ = ["WIDTH", "errata_records", "format_errata", "format_table", "main", "run"]
+__all__ = ["LAW_NOTE", "WIDTH", "errata_records", "format_errata", "format_table", "main", "run"]
 
 WIDTH = 100  # the report fits a 100-column terminal
+LAW_NOTE = (
+    "Note: the GAT-balance conservation checks test a rescaling identity, which a backward "
+    "with a wrong activation derivative can still satisfy: they are not a gradient check. "
+    "gat_balance.gradients.central_differences checks the gradients themselves."
+)
 _PROG = "python -m proofs_check"
 
 
@@ -205,6 +210,8 @@ def _main(args: argparse.Namespace, out: TextIO) -> int:
 
     if records:
         print(format_table(records), file=out)
+        if any(r.id.startswith("gat_balance.") for r in records):
+            print("\n" + "\n".join(_wrapped(LAW_NOTE, "")), file=out)
     if errata:
         print("\n" + format_errata(errata), file=out)
     failed = sum(not r.passed for r in records)

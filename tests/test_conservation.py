@@ -278,3 +278,17 @@ def test_the_gcn_case_has_zero_attention_and_the_others_do_not(monkeypatch):
     seen.clear()
     assert REGISTRY["gat_balance.thm2_2"](cases=3).passed
     assert all(np.all(a != 0) for case in seen for a in case.values())
+
+
+def test_a_wrong_attention_derivative_passes_the_law_but_not_the_gradient_check(monkeypatch):
+    # The conservation law is a rescaling identity: a GATv1 backward whose LeakyReLU
+    # derivative in the score is off by 1 % keeps it (remark2_5.gatv1 passes), while
+    # gat_balance.gradients.central_differences catches the mutation.
+    import refimpl.nn.gat.v1 as v1
+    from proofs_check import REGISTRY, load_checks
+
+    load_checks()
+    original = v1.leaky_relu_backward
+    monkeypatch.setattr(v1, "leaky_relu_backward", lambda *a: original(*a) * 1.01)
+    assert REGISTRY["gat_balance.remark2_5.gatv1"](cases=8).passed
+    assert not REGISTRY["gat_balance.gradients.central_differences"](cases=40).passed

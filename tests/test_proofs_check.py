@@ -434,3 +434,11 @@ def test_tied_worst_cases_keep_the_first_whether_added_together_or_apart():
     apart.add(1.0, 2.0)
     apart.add(2.0, 4.0)
     assert (together.measured, together.bound) == (apart.measured, apart.bound) == (1.0, 2.0)
+
+
+def test_the_report_says_the_law_is_not_a_gradient_check(capsys):
+    assert runner.main(["--only", "gat_balance.thm2", "--cases", "2"]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    assert " ".join(runner.LAW_NOTE.split()) in printed
+    assert runner.main(["--only", "softmax.rows", "--cases", "0"]) == 0
+    assert "not a gradient check" not in capsys.readouterr().out
