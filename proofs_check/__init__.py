@@ -52,7 +52,13 @@ __all__ = [
 ]
 
 # Modules whose checks run, in report order; importing one registers its checks.
-CHECK_MODULES: tuple[str, ...] = ("softmax", "conservation", "lipschitz", "prf")
+CHECK_MODULES: tuple[str, ...] = (
+    "softmax",
+    "conservation",
+    "conservation_layers",
+    "lipschitz",
+    "prf",
+)
 
 
 def load_checks() -> dict[str, Check]:

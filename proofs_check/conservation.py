@@ -50,7 +50,6 @@ from refimpl.init import INITIALISERS, balance
 from refimpl.models import GAT
 from refimpl.neurons import layer_structure, neuron_sums
 from refimpl.ops.losses import SoftmaxCrossEntropy
-from refimpl.testing import GRADCHECK_RTOL, check_gradients
 
 __all__ = [
     "RESIDUAL_TOL",
@@ -322,47 +321,6 @@ def cor2_4_drift_vs_lr(ctx: Context) -> WorstCase:
         ratio = np.linalg.norm(coarse) / np.linalg.norm(fine)
         worst.add(abs(ratio - 2.0), 0.2)
     return worst
-
-
-# -- the gradients the laws are checked on ----------------------------------------------
-@check(
-    id="gat_balance.gradients.central_differences",
-    paper="GAT-balance",
-    statement="the hand-written gradients the law checks read agree with central differences "
-    "(the law itself is a rescaling identity, which a wrong derivative can satisfy)",
-)
-def gradients_central_differences(ctx: Context) -> WorstCase:
-    # Eq. 3 follows from the loss's invariance under rescaling a neuron's weights; a backward
-    # whose attention-activation derivative is wrong keeps that invariance and passes the law
-    # checks, so they certify gradients only together with this check.
-    worst = WorstCase("upper")
-    for _ in range(max(ctx.cases // 8, 1)):
-        version = str(ctx.rng.choice(["v1", "v2"]))
-        sharing = bool(ctx.rng.integers(2))
-        model, params, x, graph, y, mask = random_case(ctx, version=version, share_weights=sharing)
-        loss = _Loss(model, y, mask)
-        report = check_gradients(loss, params, (x, graph), max_entries=20, rng=ctx.rng)
-        worst.add(report.max_rel_error, GRADCHECK_RTOL)
-    return worst
-
-
-class _Loss:
-    """The law checks' loss as a block for :func:`refimpl.testing.check_gradients`: the mean
-    cross-entropy of ``model`` over ``mask`` (a scalar), with the same backward as
-    :func:`gradients`."""
-
-    def __init__(self, model: GAT, y: Any, mask: Any) -> None:
-        self.model, self.y, self.mask = model, y, mask
-
-    def forward(self, params: dict, x: Any, graph: Graph) -> tuple:
-        logits, cache = self.model.forward(params, x, graph)
-        value, loss_cache = SoftmaxCrossEntropy().forward({}, logits, self.y, self.mask)
-        return value, (cache, loss_cache)
-
-    def backward(self, params: dict, caches: tuple, d_value: Any) -> tuple:
-        cache, loss_cache = caches
-        d_logits, _ = SoftmaxCrossEntropy().backward({}, loss_cache, float(d_value))
-        return self.model.backward(params, cache, d_logits)
 
 
 # -- negative controls -----------------------------------------------------------------

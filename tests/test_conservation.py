@@ -292,3 +292,23 @@ def test_a_wrong_attention_derivative_passes_the_law_but_not_the_gradient_check(
     monkeypatch.setattr(v1, "leaky_relu_backward", lambda *a: original(*a) * 1.01)
     assert REGISTRY["gat_balance.remark2_5.gatv1"](cases=8).passed
     assert not REGISTRY["gat_balance.gradients.central_differences"](cases=40).passed
+
+
+def test_layer_sums_and_telescoping_catch_a_wrong_attention_gradient(monkeypatch):
+    # Mutation: GATv2's attention gradient off by 1 % (refimpl.nn.gat.v2.scores_backward);
+    # Eq. 6's layer sums, Eq. 9's telescoped sum and the gradient check all fail on it.
+    import refimpl.nn.gat.v2 as v2
+    from proofs_check import REGISTRY, load_checks
+
+    load_checks()
+    ids = ("gat_balance.cor2_4.eq6_layer_sums", "gat_balance.eq9.telescoping")
+    assert all(REGISTRY[i](cases=8).passed for i in ids)
+    original = v2.scores_backward
+
+    def off(*args, **kwargs):
+        d_h_src, d_h_dst, d_h_edge, d_att = original(*args, **kwargs)
+        return d_h_src, d_h_dst, d_h_edge, {k: 1.01 * v for k, v in d_att.items()}
+
+    monkeypatch.setattr(v2, "scores_backward", off)
+    assert not any(REGISTRY[i](cases=8).passed for i in ids)
+    assert not REGISTRY["gat_balance.gradients.central_differences"](cases=40).passed
