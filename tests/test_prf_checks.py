@@ -471,3 +471,18 @@ def test_frequency_test_uses_the_binomial_standard_error() -> None:
     frequency, tolerance = prf.statistics._frequency_test(hits, 0.25)
     assert frequency == 3 / 8
     assert tolerance == pytest.approx(prf.z_threshold(1) * math.sqrt(0.25 * 0.75 / 8), rel=1e-14)
+
+
+def test_the_gumbel_checks_run_the_librarys_sampler(monkeypatch) -> None:
+    # Mutation: the library's Gumbel sampler (refimpl.nn.nodeformer.random_features.draw_gumbel,
+    # which NodeFormerConv draws with) replaced by -log u, exponential noise. The checks
+    # read the library's sampler, so Prop. 2 and 3 now fail (they passed on a private copy).
+    from refimpl.nn.nodeformer import random_features
+
+    def exponential(rng, shape, dtype=np.float64):
+        return (-np.log(rng.random(shape))).astype(dtype)
+
+    assert REGISTRY["prf.gumbel.prop2"](cases=8).passed
+    monkeypatch.setattr(random_features, "draw_gumbel", exponential)
+    assert not REGISTRY["prf.gumbel.prop2"](cases=8).passed
+    assert not REGISTRY["prf.gumbel.prop3"](cases=8).passed

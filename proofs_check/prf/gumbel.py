@@ -41,6 +41,7 @@ from proofs_check.prf.estimates import TAUS, projection_stack
 from proofs_check.prf.statistics import chi2_threshold, pearson, z_threshold
 from proofs_check.registry import Context, WorstCase, check
 from refimpl.backend import to_numpy
+from refimpl.nn.nodeformer import random_features
 from refimpl.nn.nodeformer.all_pair_softmax import AllPairSoftmax
 from refimpl.nn.nodeformer.kernel_attention import KernelizedSoftmax
 from refimpl.nn.nodeformer.random_features import positive_random_features
@@ -56,10 +57,10 @@ THM2_CHUNK = 500  # samples per batch: features are (N + 1, chunk m)
 
 
 def gumbel_noise(rng: np.random.Generator, shape: Any) -> np.ndarray:
-    """``g = -log(-log u)``, ``u ~ U[0, 1)`` (Prop. 2), host float64; ``u = 0`` gives ``-inf``
-    (probability ``2^-53`` per entry: that node loses)."""
-    with np.errstate(divide="ignore"):
-        return -np.log(-np.log(rng.random(shape)))
+    """``g = -log(-log u)``, ``u ~ U[0, 1)`` (Prop. 2), host float64: the library's own sampler
+    (:func:`refimpl.nn.nodeformer.random_features.draw_gumbel`, which NodeFormerConv draws
+    with), so the checks test the noise the layer uses."""
+    return random_features.draw_gumbel(rng, shape, np.float64)
 
 
 # -- Prop. 2 and 3 ----------------------------------------------------------------------------

@@ -76,7 +76,11 @@ from refimpl.backend import asarray, backend_name, get_array_module
 from refimpl.graph import Graph, with_configured_self_loops
 from refimpl.nn.attention_common import project, project_backward
 from refimpl.nn.nodeformer.kernel_attention import KernelizedSoftmax
-from refimpl.nn.nodeformer.random_features import PROJECTION_KINDS, draw_projection
+from refimpl.nn.nodeformer.random_features import (
+    PROJECTION_KINDS,
+    draw_gumbel,
+    draw_projection,
+)
 from refimpl.nn.nodeformer.relational_bias import RelationalBias
 from refimpl.validation import (
     check_block_inputs,
@@ -94,9 +98,6 @@ RELATIONAL_BIAS = (None, "sigmoid", "identity")
 RB_POWERS = ("paper", "authors")
 QK_SCALES = ("paper", "sqrt_d")
 NOISE_KEYS = ("projection", "gumbel")
-
-_TINY = 2.0**-1074  # smallest positive float64: U = 0 would give g = -inf
-_GUMBEL_CHUNK = 1 << 16  # draws per chunk (512 KB of float64)
 
 
 class NodeFormerCache(NamedTuple):
@@ -316,24 +317,8 @@ class NodeFormerConv:
                 omega = draw_projection(rng, m, c, kind=self.projection)
                 used[name] = asarray(omega, backend=backend, dtype=x.dtype)
             else:
-                used[name] = asarray(_draw_gumbel(rng, shapes[name], x.dtype), backend=backend)
+                used[name] = asarray(draw_gumbel(rng, shapes[name], x.dtype), backend=backend)
         return used
-
-
-def _draw_gumbel(rng: np.random.Generator, shape: tuple, dtype: Any) -> np.ndarray:
-    """``-log(-log(U))`` in ``dtype`` on the host, ``U = max(rng.random(shape), 2^-1074)``
-    drawn and transformed in float64, in chunks of ``_GUMBEL_CHUNK`` (1e7 draws at N = 1e6
-    would otherwise make a float64 array twice the result's size). ``rng.random`` fills
-    in C order, so the chunks draw the same values as one call."""
-    out = np.empty(shape, dtype=dtype)
-    flat = out.reshape(-1)
-    for start in range(0, flat.size, _GUMBEL_CHUNK):
-        u = rng.random(min(_GUMBEL_CHUNK, flat.size - start))
-        np.maximum(u, _TINY, out=u)
-        np.negative(np.log(u, out=u), out=u)
-        np.negative(np.log(u, out=u), out=u)
-        flat[start : start + u.size] = u
-    return out
 
 
 def _check_noise(noise: Any, x: Any, shapes: dict[str, tuple]) -> dict[str, Any]:

@@ -72,6 +72,7 @@ __all__ = [
     "STABILIZERS",
     "PositiveRandomFeatures",
     "RandomFeaturesCache",
+    "draw_gumbel",
     "draw_projection",
     "feature_exponent",
     "positive_random_features",
@@ -274,3 +275,25 @@ def check_features_input(x: Any, omega: Any, owner: str, name: str = "x") -> Any
         )
     check_like({"omega": omega}, x, name, owner, "draw_projection returns float64 on the host: ")
     return xp
+
+
+_TINY = 2.0**-1074  # smallest positive float64: U = 0 would give g = -inf
+_GUMBEL_CHUNK = 1 << 16  # draws per chunk (512 KB of float64)
+
+
+def draw_gumbel(rng: np.random.Generator, shape: tuple, dtype: Any = np.float64) -> np.ndarray:
+    """Standard Gumbel noise ``g = -log(-log(U))`` (NodeFormer Sec. 3.2) in ``dtype`` on the
+    host, the draws :class:`~refimpl.nn.nodeformer.conv.NodeFormerConv` takes from ``rng``;
+    ``U = max(rng.random(shape), 2^-1074)`` drawn and transformed in float64, in chunks of
+    ``_GUMBEL_CHUNK`` (1e7 draws at N = 1e6 would otherwise make a float64 array twice the
+    result's size). ``rng.random`` fills in C order, so the chunks draw the same values as
+    one call."""
+    out = np.empty(shape, dtype=dtype)
+    flat = out.reshape(-1)
+    for start in range(0, flat.size, _GUMBEL_CHUNK):
+        u = rng.random(min(_GUMBEL_CHUNK, flat.size - start))
+        np.maximum(u, _TINY, out=u)
+        np.negative(np.log(u, out=u), out=u)
+        np.negative(np.log(u, out=u), out=u)
+        flat[start : start + u.size] = u
+    return out

@@ -15,12 +15,15 @@ from hypothesis import strategies as st
 
 from refimpl import Graph
 from refimpl.backend import asarray, backend_name, get_array_module, to_numpy
-from refimpl.nn.nodeformer import conv as nodeformer
-from refimpl.nn.nodeformer import kernel_attention
+from refimpl.nn.nodeformer import kernel_attention, random_features
 from refimpl.nn.nodeformer.all_pair_softmax import AllPairSoftmax
 from refimpl.nn.nodeformer.conv import NodeFormerConv
 from refimpl.nn.nodeformer.edge_loss import NodeFormerEdgeLoss
-from refimpl.nn.nodeformer.random_features import PositiveRandomFeatures, draw_projection
+from refimpl.nn.nodeformer.random_features import (
+    PositiveRandomFeatures,
+    draw_gumbel,
+    draw_projection,
+)
 from refimpl.nn.nodeformer.relational_bias import Operator, apply_operator, power_graphs
 from refimpl.testing import check_gradients, max_relative_error, relative_errors
 from refimpl.testing.tolerances import FORWARD_RTOL, GRADCHECK_RTOL
@@ -509,9 +512,9 @@ def test_gumbel_draws_in_chunks_equal_one_draw(
 ) -> None:
     # chunks of the flat draw (the last one short at 5) give the one-call values, rounded
     # to dtype once; and the generator ends where one call leaves it
-    monkeypatch.setattr(nodeformer, "_GUMBEL_CHUNK", chunk)
+    monkeypatch.setattr(random_features, "_GUMBEL_CHUNK", chunk)
     rng, replay = np.random.default_rng(3), np.random.default_rng(3)
-    drawn = nodeformer._draw_gumbel(rng, (3, 2, 4), dtype)
+    drawn = draw_gumbel(rng, (3, 2, 4), dtype)
     expected = -np.log(-np.log(replay.random((3, 2, 4))))
     assert drawn.dtype == dtype
     np.testing.assert_array_equal(drawn, expected.astype(dtype))
