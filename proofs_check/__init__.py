@@ -58,6 +58,7 @@ CHECK_MODULES: tuple[str, ...] = (
     "conservation_layers",
     "lipschitz",
     "prf",
+    "variational",
 )
 
 

@@ -54,6 +54,7 @@ def test_all_checks_are_registered() -> None:
     expected = ["lemma3", "eq28", "lemma1", "thm2", "cor1", "cor2", "thm1", "eq21"]
     assert set(CHECK_IDS) == {f"lipschitz.{i}" for i in expected} | {
         *thm3,
+        "lipschitz.eq22.composition",
         "lipschitz.unnormalised_growth",
     }
 
@@ -677,3 +678,18 @@ def test_growth_below_100_fails_the_growth_check(monkeypatch, ratio: float, pass
     )
     record = REGISTRY["lipschitz.unnormalised_growth"](cases=FAST)
     assert record.passed is passes and record.measured == ratio, record
+
+
+def test_eq22_composition_catches_an_unnormalised_layer(monkeypatch) -> None:
+    # Mutation: the blocks' score normalisation dropped (Form.block gives unnormalised
+    # attention): at the tied case scaled by 1e3 the composition's derivative grows a
+    # thousandfold and Eq. 22's product of Cor 1 bounds no longer holds.
+    from proofs_check import REGISTRY, load_checks
+    from proofs_check.lipschitz import forms
+    from refimpl.nn.lipschitz.multi_head_attention import Attention
+
+    load_checks()
+    check = REGISTRY["lipschitz.eq22.composition"]
+    assert check(cases=8).passed
+    monkeypatch.setattr(forms.Form, "block", lambda self, d, m: Attention(d, m, None, 1.0))
+    assert not check(cases=8).passed

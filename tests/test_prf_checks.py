@@ -50,6 +50,7 @@ def test_all_checks_are_registered() -> None:
         "prf.eq5.rate",
         "prf.gumbel.prop2",
         "prf.gumbel.prop3",
+        "prf.gumbel.prop3_limit",
         "prf.gumbel.thm2",
         "prf.gumbel.eq7_library",
     ]
@@ -476,7 +477,7 @@ def test_frequency_test_uses_the_binomial_standard_error() -> None:
 def test_the_gumbel_checks_run_the_librarys_sampler(monkeypatch) -> None:
     # Mutation: the library's Gumbel sampler (refimpl.nn.nodeformer.random_features.draw_gumbel,
     # which NodeFormerConv draws with) replaced by -log u, exponential noise. The checks
-    # read the library's sampler, so Prop. 2 and 3 now fail (they passed on a private copy).
+    # read the library's sampler, so Prop. 2 and both bullets of Prop. 3 now fail.
     from refimpl.nn.nodeformer import random_features
 
     def exponential(rng, shape, dtype=np.float64):
@@ -486,3 +487,24 @@ def test_the_gumbel_checks_run_the_librarys_sampler(monkeypatch) -> None:
     monkeypatch.setattr(random_features, "draw_gumbel", exponential)
     assert not REGISTRY["prf.gumbel.prop2"](cases=8).passed
     assert not REGISTRY["prf.gumbel.prop3"](cases=8).passed
+    assert not REGISTRY["prf.gumbel.prop3_limit"](cases=8).passed  # Prop. 3's second bullet
+
+
+def test_prop1_elbo_check_fails_with_the_reverse_divergence(monkeypatch) -> None:
+    # Mutation: the ELBO's divergence taken the other way round, D(p0 || q), as Eq. 10's
+    # direction would suggest: the identity log p(Y) = ELBO + D(q || posterior) breaks.
+    from proofs_check import load_checks, variational
+
+    load_checks()
+    check = REGISTRY["nodeformer.prop1.elbo"]
+    assert check(cases=8).passed
+    original = variational.elbo_terms
+
+    def reversed_kl(q, prior, likelihood):
+        log_evidence, elbo, kl_posterior = original(q, prior, likelihood)
+        kl_prior = float(np.sum(q * np.log(q / prior)))
+        swapped = float(np.sum(prior * np.log(prior / q)))
+        return log_evidence, elbo + kl_prior - swapped, kl_posterior
+
+    monkeypatch.setattr(variational, "elbo_terms", reversed_kl)
+    assert not check(cases=8).passed

@@ -26,6 +26,8 @@ Gumbel-max over the logits ``tau log beta_v`` (:mod:`~proofs_check.prf.gumbel`).
                         binomial z-score per pair
 ``prf.gumbel.prop3``    the argmax of the library's ``AllPairSoftmax`` Gumbel samples
                         (Eq. 6) is ``Cat(alpha / sum alpha)``: chi-square per query
+``prf.gumbel.prop3_limit`` as ``tau -> 0`` the samples turn one-hot, hot at ``k`` with
+                        probability ``alpha_k / sum alpha`` (Prop. 3, second bullet, Eq. 16)
 ``prf.gumbel.thm2``     kernelised (Eq. 7): with ``m`` large for each ``tau`` the argmax
                         is ``Cat(softmax(q^T k))``: chi-square (Thm 2 in the order of
                         limits that holds; the printed order fails)

@@ -120,6 +120,44 @@ def prop3(ctx: Context) -> WorstCase:
     return worst
 
 
+@check(
+    id="prf.gumbel.prop3_limit",
+    paper="NodeFormer",
+    statement="tau -> 0: X_k -> 1 with probability alpha_k / sum alpha (Prop. 3, second "
+    "bullet, Eq. 16), library Eq. 6 samples at tau = 1e-4; chi-square",
+)
+def prop3_limit(ctx: Context) -> WorstCase:
+    """Prop. 3, second bullet: as ``tau -> 0`` the Gumbel-Softmax sample is one-hot (Eq. 16)
+    and its hot entry ``k`` has probability ``alpha_k / sum alpha``.
+
+    The library's ``AllPairSoftmax(1e-4)`` as in :func:`prop3`: a sample counts for ``k``
+    where ``X_k >= 1 - 1e-9`` (at ``tau = 1e-4`` a gap of ``1e-3`` in ``log alpha + g``
+    already leaves the runner-up below ``e^-10``); the few samples where no entry is that
+    close to 1 (two perturbed logits within ``~2e-3``) are counted and must stay under
+    ``1 %`` of the draws, and the counts of each row are chi-square-tested against
+    ``softmax(L[u])``. ``measured`` is the worst ``X^2`` over its threshold.
+    """
+    rng = ctx.rng
+    cases = [np.array([[0.4, -0.4], [2.0, 0.0]]), np.zeros((4, 4))]
+    cases += [rng.uniform(-2.0, 2.0, (n, n)) for n in rng.integers(2, 7, max(ctx.cases // 4, 1))]
+    tests = sum(len(logits) for logits in cases)
+    worst = WorstCase("upper")
+    block = AllPairSoftmax(1e-4)
+    for logits in cases:
+        n = len(logits)
+        gumbel = ctx.asarray(gumbel_noise(rng, (n, CATEGORICAL_DRAWS)))  # (N keys, K)
+        eye = ctx.asarray(np.eye(n))
+        _, cache = block.forward({}, ctx.asarray(logits), eye, eye, gumbel)
+        probabilities = to_numpy(cache.probabilities)  # (K, N queries, N keys)
+        hot = probabilities >= 1 - 1e-9
+        counts = hot.sum(axis=0)  # (N, N): per query, how often each key is the hot one
+        undecided = 1.0 - hot.any(axis=2).mean()  # samples not yet one-hot
+        statistics = np.array([pearson(counts[u], softmax(logits[u])) for u in range(n)])
+        threshold = chi2_threshold(tests, n - 1)
+        worst.add(np.maximum(statistics / threshold, undecided / 0.01), 1.0)
+    return worst
+
+
 # -- Thm 2 ------------------------------------------------------------------------------------
 def argmax_bias(q: Any, keys: Any, tau: float) -> np.ndarray:
     """``m`` times the bias of the kernelised argmax law at large ``m`` (delta method), ``(N,)``.
