@@ -68,6 +68,7 @@ class Record:
     passed: bool
     n_cases: int  # cases evaluated; measured/bound/margin are those of the worst one
     relation: str = "<="  # what holds: "<=" (measured <= bound, an upper bound) or ">="
+    tightness: float = 0.0  # measured / bound ("<="; bound / measured for ">="): 1 = attained
 
     @property
     def sense(self) -> Sense:
@@ -181,7 +182,19 @@ class Check:
             passed=bool(worst.margin >= 0),
             n_cases=int(worst.n_cases),
             relation="<=" if worst.sense == "upper" else ">=",
+            tightness=_tightness(worst),
         )
+
+
+def _tightness(worst: WorstCase) -> float:
+    """How close the worst case came to its bound: ``measured / bound`` for an upper bound,
+    ``bound / measured`` for a lower one (both 1 when attained, small when loose); 0 where
+    undefined (a zero or non-finite denominator)."""
+    numerator, denominator = (
+        (worst.measured, worst.bound) if worst.sense == "upper" else (worst.bound, worst.measured)
+    )
+    ratio = numerator / denominator if denominator else 0.0
+    return float(ratio) if np.isfinite(ratio) else 0.0
 
 
 REGISTRY: dict[str, Check] = {}  # id -> check, in registration (= module import) order

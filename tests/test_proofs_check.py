@@ -36,6 +36,7 @@ RECORD_TYPES = {
     "passed": bool,
     "n_cases": int,
     "relation": str,
+    "tightness": float,
 }
 ERRATUM_TYPES = {
     "id": str,
