@@ -133,6 +133,26 @@ def _first_layer_row_norms() -> Evidence:
     )
 
 
+def _balancing_ranges_over_hidden_layers() -> Evidence:
+    # Procedure 2.6's equality for layer l reads W^(l+1); an L-layer network has W^1 .. W^L,
+    # so l = L asks for a matrix that does not exist. The law (Thm 2.2, Cor 2.3) and the
+    # procedure's own step 3 run over l in [L-1], the hidden layers, where balance() makes
+    # every c_i = 0.
+    model, params, *_ = _case(13, balanced=True)
+    depth = model.num_layers  # L
+    present = {int(name.split(".")[0].removeprefix("layer")) + 1 for name in params}  # 1..L
+    needed = {layer + 1 for layer in range(1, depth + 1)}  # W^(l+1) for l in [L]
+    c = balancedness(params)  # one array per hidden layer
+    return Evidence(
+        printed_holds=needed <= present,
+        correct_holds=len(c) == depth - 1
+        and max(float(np.abs(v).max()) for v in c) <= conservation.BALANCED_TOL,
+        detail=f"L = {depth}: the network has W^1..W^{max(present)}; l = L needs W^{depth + 1}; "
+        f"over l in [L-1] balance() leaves max |c| = "
+        f"{max(float(np.abs(v).max()) for v in c):.1e} in all {len(c)} hidden layers",
+    )
+
+
 ERRATA: list[Erratum] = [
     Erratum(
         id="gat_balance.eq5.c_is_the_initial_value",
@@ -175,5 +195,15 @@ ERRATA: list[Erratum] = [
         "2/(n_0 + n_1)); 2 n_1/(n_1 + n_0) is a column's",
         counterexample="Cora: n_0 = 1433, n_1 = 64, refimpl's Xavier draw, seed 2",
         evaluate=_first_layer_row_norms,
+    ),
+    Erratum(
+        id="gat_balance.procedure2_6.hidden_layers",
+        paper="GAT-balance",
+        location="Procedure 2.6, the range of the balancing equality",
+        printed="||W^l[i,:]||^2 - ||a^l[i]||^2 = ||W^(l+1)[:,i]||^2 for l in [L]",
+        correct="... for l in [L-1] (the hidden layers, as Thm 2.2, Cor 2.3 and the "
+        "procedure's step 3): W^(L+1) does not exist",
+        counterexample="a 4-layer GATv2 balanced by Procedure 2.6, seed 13",
+        evaluate=_balancing_ranges_over_hidden_layers,
     ),
 ]
