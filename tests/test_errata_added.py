@@ -1,7 +1,8 @@
 """The errata added by issue 25 (GAT-balance Eq. 5, Eq. 7, Fig. 2, Sec. 2, Procedure 2.6;
-LipschitzNorm App. 9.2; NodeFormer Eq. 8 / Alg. 1, Eq. 13, Eq. 46): each demonstrated (the printed formula fails
-on its counterexample, the correction holds), listed by ``python -m proofs_check``, and the
-counterexamples' premises shown to matter: without them the printed formula would pass."""
+LipschitzNorm App. 9.2; NodeFormer Eq. 8 / Alg. 1, Eq. 13, Eq. 46): each demonstrated (the
+printed formula fails on its counterexample, the correction holds), listed by ``python -m
+proofs_check``, and the counterexamples' premises shown to matter: without them the printed
+formula would pass."""
 
 from __future__ import annotations
 
