@@ -21,6 +21,8 @@ from proofs_check.registry import Context, WorstCase, check
 from refimpl.backend import to_numpy
 from refimpl.graph import Graph
 from refimpl.models import GAT
+from refimpl.nn import GATConv
+from refimpl.ops.activations import get_activation
 from refimpl.ops.losses import SoftmaxCrossEntropy
 from refimpl.testing import GRADCHECK_RTOL, check_gradients
 
@@ -116,3 +118,90 @@ class _Loss:
         cache, loss_cache = caches
         d_logits, _ = SoftmaxCrossEntropy().backward({}, loss_cache, float(d_value))
         return self.model.backward(params, cache, d_logits)
+
+
+# -- Thm 6.4 as the paper writes the average: the mean over heads of phi -----------------------
+ACTIVATION = "relu"  # phi: positively homogeneous, as the law needs
+
+
+def mean_of_phi_network(
+    rng: np.random.Generator,
+) -> tuple[list[GATConv], dict[str, Any], Any, Graph, Any]:
+    """A network of Thm 6.4's averaged form, ``h^l = (1/K) sum_k phi(sum_u alpha_k W_k h)``
+    (heads averaged *after* phi, where :class:`refimpl.models.GAT` averages before): shared
+    GATv2 layers with ``K`` concatenated heads each, no bias; the last layer one head, no
+    phi. Returns ``(convs, params, x, graph, cotangent)``, ``params`` keyed ``layer{l}.*``."""
+    depth, heads, width = int(rng.integers(2, 5)), int(rng.integers(2, 4)), int(rng.integers(2, 5))
+    n, features, classes = int(rng.integers(2, 9)), int(rng.integers(1, 5)), int(rng.integers(2, 4))
+    convs, params = [], {}
+    for layer in range(depth):
+        last = layer == depth - 1
+        conv = GATConv(features if layer == 0 else width, classes if last else width,
+                       heads=1 if last else heads, version="v2", share_weights=True,
+                       bias=False)  # fmt: skip
+        convs.append(conv)
+        for name, value in conv.init_params(rng).items():
+            params[f"layer{layer}.{name}"] = value + 0.5 * rng.standard_normal(value.shape)
+    graph = Graph(rng.integers(0, n, size=(2, int(rng.integers(0, 3 * n + 1)))), n)
+    x = rng.standard_normal((n, features))
+    return convs, params, x, graph, rng.standard_normal((n, classes))
+
+
+def mean_of_phi_gradients(
+    convs: list[GATConv], params: dict, x: Any, graph: Graph, cotangent: Any, activation: str
+) -> dict[str, Any]:
+    """The gradient of ``<cotangent, f(x)>`` for :func:`mean_of_phi_network`'s network."""
+    phi = get_activation(activation)
+    caches, h = [], x
+    for layer, conv in enumerate(convs):
+        own = {k.split(".", 1)[1]: v for k, v in params.items() if k.startswith(f"layer{layer}.")}
+        z, conv_cache = conv.forward(own, h, graph)
+        if layer == len(convs) - 1:
+            caches.append((own, conv_cache, None))
+            break
+        activated, phi_cache = phi.forward({}, z)  # (N, K*C), per head
+        caches.append((own, conv_cache, phi_cache))
+        h = activated.reshape(len(x), conv.heads, conv.out_channels).mean(axis=1)  # (N, C)
+    grads, d_h = {}, cotangent
+    for layer in reversed(range(len(convs))):
+        conv, (own, conv_cache, phi_cache) = convs[layer], caches[layer]
+        d_z = d_h
+        if phi_cache is not None:  # the mean's adjoint, then phi's
+            shares = np.repeat(d_h[:, None, :] / conv.heads, conv.heads, axis=1)
+            d_z, _ = phi.backward({}, phi_cache, shares.reshape(len(x), -1))
+        d_h, d_own = conv.backward(own, conv_cache, d_z)
+        grads |= {f"layer{layer}.{k}": v for k, v in d_own.items()}
+    return grads
+
+
+def mean_of_phi_residuals(convs: list[GATConv], params: dict, grads: dict) -> np.ndarray:
+    """Eq. 26's relative residual per hidden neuron ``i``: ``sum_k <W_k^l[i,:], g>`` (the rows
+    ``k C + i`` of ``W_s``) ``- sum_k a_k^l[i] g`` ``- <W^(l+1)[:,i], g>`` (column ``i`` of the
+    next ``W_s``, every head of the next layer reads the averaged neuron)."""
+    residuals = []
+    for layer, conv in enumerate(convs[:-1]):
+        k, c = conv.heads, conv.out_channels
+        w, a = f"layer{layer}.W_s", f"layer{layer}.att"
+        incoming = (params[w] * grads[w]).sum(axis=1).reshape(k, c).sum(axis=0)  # (C,)
+        attention = (params[a] * grads[a]).sum(axis=0)  # (C,)
+        nxt = f"layer{layer + 1}.W_s"
+        outgoing = (params[nxt] * grads[nxt]).sum(axis=0)  # (C,)
+        scale = np.maximum(np.maximum(abs(incoming), abs(attention)), abs(outgoing))
+        delta = np.abs(incoming - attention - outgoing)
+        residuals.append(np.where(scale > 0, delta / np.where(scale > 0, scale, 1.0), 0.0))
+    return np.concatenate(residuals)
+
+
+@check(
+    id="gat_balance.thm6_4.mean_of_phi",
+    paper="GAT-balance",
+    statement="multi-head GATv2 averaged as the paper writes it, h = (1/K) sum_k phi(...): "
+    "Eq. 26 per neuron, summed over heads (Thm 6.4), relative",
+)
+def thm6_4_mean_of_phi(ctx: Context) -> WorstCase:
+    worst = WorstCase("upper")
+    for _ in range(max(ctx.cases // 2, 1)):
+        convs, params, x, graph, cotangent = mean_of_phi_network(ctx.rng)
+        grads = mean_of_phi_gradients(convs, params, x, graph, cotangent, ACTIVATION)
+        worst.add(mean_of_phi_residuals(convs, params, grads), RESIDUAL_TOL)
+    return worst

@@ -312,3 +312,15 @@ def test_layer_sums_and_telescoping_catch_a_wrong_attention_gradient(monkeypatch
     monkeypatch.setattr(v2, "scores_backward", off)
     assert not any(REGISTRY[i](cases=8).passed for i in ids)
     assert not REGISTRY["gat_balance.gradients.central_differences"](cases=40).passed
+
+
+def test_thm6_4_mean_of_phi_fails_for_a_non_homogeneous_phi(monkeypatch):
+    # Mutation: phi = ELU (not positively homogeneous) in the network that averages heads
+    # after phi: Eq. 26 no longer holds and gat_balance.thm6_4.mean_of_phi fails.
+    from proofs_check import REGISTRY, conservation_layers, load_checks
+
+    load_checks()
+    check = REGISTRY["gat_balance.thm6_4.mean_of_phi"]
+    assert check(cases=8).passed
+    monkeypatch.setattr(conservation_layers, "ACTIVATION", "elu")
+    assert not check(cases=8).passed
