@@ -55,6 +55,7 @@ def test_all_checks_are_registered() -> None:
     assert set(CHECK_IDS) == {f"lipschitz.{i}" for i in expected} | {
         *thm3,
         "lipschitz.eq22.composition",
+        "lipschitz.gat_neighbourhood",
         "lipschitz.unnormalised_growth",
     }
 
@@ -730,3 +731,36 @@ def test_a_search_without_ascents_misses_a_floor(monkeypatch) -> None:
     monkeypatch.setattr(thm3_corollaries, "ASCENTS", 0)
     below = [i for i, floor in TIGHTNESS_FLOORS.items() if REGISTRY[i]().tightness < floor]
     assert below
+
+
+def test_gat_neighbourhood_bound_needs_its_attention_term(monkeypatch) -> None:
+    # Mutation: the derived bound without the attention's share (||W_s|| alone, what the
+    # values contribute with the coefficients held fixed): the measured Jacobians exceed it,
+    # so the cases exercise the score derivative, and the check fails.
+    from proofs_check import REGISTRY, load_checks
+    from proofs_check.lipschitz import gat_neighbourhood
+
+    load_checks()
+    check = REGISTRY["lipschitz.gat_neighbourhood"]
+    assert check(cases=8).passed
+
+    def values_only(conv, params, head):
+        rows = slice(head * conv.out_channels, (head + 1) * conv.out_channels)
+        return float(np.linalg.norm(params["W" if conv.version == "v1" else "W_s"][rows], 2))
+
+    monkeypatch.setattr(gat_neighbourhood, "gat_target_bound", values_only)
+    assert not check(cases=8).passed
+
+
+def test_gat_neighbourhood_collapsed_scores_stay_bounded() -> None:
+    # every score input of target 0 of size ~1e-6 (M -> 0, the normalised scores turn
+    # fastest): the Jacobian stays under the derived bound, as the derivation says
+    from proofs_check.lipschitz import gat_neighbourhood
+
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        conv, params, x, graph = gat_neighbourhood._case(rng, collapsed=True)
+        _, cache = conv.forward(params, x, graph)
+        assert np.abs(cache.score.pre[:, 0]).max() < 1e-4  # the collapse happened
+        norms = gat_neighbourhood.target_jacobians(conv, params, x, graph)
+        assert norms[0, 0] <= gat_neighbourhood.gat_target_bound(conv, params, 0)

@@ -22,6 +22,8 @@ are small). The bound is the paper's. Lemma 2 and Eq. 10 are checked in
                          ||W_k||_*^2)^(1/2)``, the pointwise form of the proof of Eq. 6
 ``lipschitz.eq21``       normalised heads, ``m = n``: ``L_F(MultAtt) <= 11 ||W_O||_*
                          (sum_k ||W_k||_*^2)^(1/2)`` (Eq. 21)
+``lipschitz.gat_neighbourhood``  GAT with per-neighbourhood LipschitzNorm (Sec. 5): per
+                         target, ``||D out_v|| <= 3||W_s|| + 2||W_t||`` (v2), derived there
 ``lipschitz.eq22.composition``  two Eq. 17 layers in sequence: ``L_F <= L_1 L_2``, the
                          Cor 1 bounds multiplied (Eq. 22, Sec. 6)
 ``lipschitz.unnormalised_growth``  Kim et al. (2020), a lower bound: without
@@ -108,6 +110,7 @@ from proofs_check.lipschitz.lemma1_thm2 import lemma1_bound, thm2_alpha
 from proofs_check.lipschitz import thm3_corollaries as thm3_corollaries
 from proofs_check.lipschitz import thm1_eq21 as thm1_eq21
 from proofs_check.lipschitz import composition as composition
+from proofs_check.lipschitz import gat_neighbourhood as gat_neighbourhood
 from proofs_check.lipschitz.growth import GROWTH_AT_LEAST, GROWTH_SCALE, growth_curve
 # isort: on
 
