@@ -508,3 +508,17 @@ def test_prop1_elbo_check_fails_with_the_reverse_divergence(monkeypatch) -> None
 
     monkeypatch.setattr(variational, "elbo_terms", reversed_kl)
     assert not check(cases=8).passed
+
+
+def test_a_five_percent_biased_estimator_passes_thm1_bound_but_not_the_mean(monkeypatch):
+    # Thm 1 is a probability bound with room to spare: an estimator biased by 5 % still meets
+    # it (prf.thm1.bound passes), and Prop. 1's mean check is what catches the bias. Mutation:
+    # the library's features scaled by sqrt(1.05), so every kernel estimate is 5 % high.
+    from proofs_check.prf import estimates
+
+    original = estimates.positive_random_features
+    monkeypatch.setattr(
+        estimates, "positive_random_features", lambda *a, **k: original(*a, **k) * 1.05**0.5
+    )
+    assert REGISTRY["prf.thm1.bound"](cases=8).passed
+    assert not REGISTRY["prf.prop1.mean"](cases=8).passed

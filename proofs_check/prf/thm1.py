@@ -110,6 +110,9 @@ def thm1_bound(ctx: Context) -> WorstCase:
     ``m = 1 ... 256``, ``eps`` in ``{0.05, 0.1, 0.25, 0.5}``, ``|q| = r``, and the fixed
     ``q = k = (4, 0)``, ``tau = 1``, ``m = 100``, ``eps = 0.1`` where the printed
     ``exp(6 r / tau)`` gives a fraction near 0 (see :func:`thm1_exponent`).
+
+    A probability bound with room to spare: an estimator biased by 5 % still meets it
+    (tests); ``prf.prop1.mean`` is the check that sees a bias.
     """
     return _proportion_check(ctx, lambda x, y, tau, r, m, eps: thm1_log_bound(r, tau, m, eps))
 
