@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import example, given, target
+from hypothesis import assume, example, given, target
 from hypothesis import strategies as st
 
 from proofs_check import errata, lipschitz, runner
@@ -764,3 +764,35 @@ def test_gat_neighbourhood_collapsed_scores_stay_bounded() -> None:
         assert np.abs(cache.score.pre[:, 0]).max() < 1e-4  # the collapse happened
         norms = gat_neighbourhood.target_jacobians(conv, params, x, graph)
         assert norms[0, 0] <= gat_neighbourhood.gat_target_bound(conv, params, 0)
+
+
+# -- Hypothesis as the adversary: target() steers the search towards the largest ratio --------
+@given(
+    data=st.data(),
+    form=st.sampled_from(
+        [
+            Form("linear", "linear"),
+            Form("transformer", "lipschitz"),
+            Form("linear", "lipschitz", 1.0),
+        ]
+    ),
+)
+def test_hypothesis_targeted_search_finds_no_input_over_the_bound(data, form: Form) -> None:
+    # Inputs drawn by Hypothesis, steered by target() to the largest ||D Att_X|| / bound it
+    # can reach; none may exceed the paper's bound (Cor 1, Cor 2, Thm 3 at alpha = 1).
+    d = data.draw(st.integers(1, 3))
+    n = data.draw(st.integers(2, 4))
+    m = n if form.kind == "transformer" else data.draw(st.integers(1, 4))
+    entries = st.floats(-3, 3, allow_nan=False, width=64)
+    rows = 3 * d if form.kind == "transformer" else d
+    x = np.array(data.draw(st.lists(entries, min_size=rows * n, max_size=rows * n)))
+    x = x.reshape(rows, n)
+    q = None
+    if form.kind == "linear":
+        q = np.array(data.draw(st.lists(entries, min_size=d * m, max_size=d * m))).reshape(d, m)
+    assume(np.abs(x).max() > 1e-3 and (q is None or np.abs(q).max() > 1e-3))
+    params = {} if q is None else {"Q": q}
+    measured, size = lipschitz.jacobian_norm(form.block(d, m), params, x)
+    bound = lipschitz.form_bound(form, m, n) * (1 + lipschitz.rounding_allowance(size))
+    target(measured / bound, label=form.label)
+    assert measured <= bound
