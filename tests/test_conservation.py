@@ -324,3 +324,17 @@ def test_thm6_4_mean_of_phi_fails_for_a_non_homogeneous_phi(monkeypatch):
     assert check(cases=8).passed
     monkeypatch.setattr(conservation_layers, "ACTIVATION", "elu")
     assert not check(cases=8).passed
+
+
+def test_the_gcn_case_checks_that_it_is_one(monkeypatch):
+    # Mutation (audit): the zero-attention case no longer zeroing the attention. The check
+    # asserts its own premise, so remark2_5.gcn then fails instead of testing GATv2 again.
+    import proofs_check.conservation as conservation
+    from proofs_check import REGISTRY, load_checks
+
+    load_checks()
+    check = REGISTRY["gat_balance.remark2_5.gcn"]
+    assert check(cases=4).passed
+    monkeypatch.setattr(conservation, "zeroed_attention", lambda params: params)
+    with pytest.raises(AssertionError, match="zero-attention case has attention"):
+        check(cases=4)
