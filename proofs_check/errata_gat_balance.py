@@ -153,6 +153,30 @@ def _balancing_ranges_over_hidden_layers() -> Evidence:
     )
 
 
+def _other_neurons_indexed_by_i_prime() -> Evidence:
+    # Eq. 13 splits the GATv2 score e_uv = sum_i' a[i'] phi(W[i',:] (h_u + h_v)) into neuron
+    # i's term (rescaled) and the others'; as printed the others' sum runs over i' != i but
+    # reads a^l[i] and W^l[i, j], so it repeats neuron i's term n_l - 1 times.
+    rng = np.random.default_rng(13)
+    n_l, n_prev, i = 4, 3, 1
+    a, w = rng.standard_normal(n_l), rng.standard_normal((n_l, n_prev))
+    h = rng.standard_normal(n_prev)  # h_u + h_v
+    relu = np.maximum  # phi_2, positively homogeneous
+
+    def term(index: int) -> float:
+        return float(a[index] * relu(w[index] @ h, 0.0))
+
+    score = sum(term(k) for k in range(n_l))  # Eq. 12
+    printed = term(i) + sum(term(i) for _ in range(n_l - 1))  # others read a[i], W[i, j]
+    correct = term(i) + sum(term(k) for k in range(n_l) if k != i)
+    return Evidence(
+        printed_holds=abs(printed - score) <= 1e-12 * max(abs(score), 1.0),
+        correct_holds=abs(correct - score) <= 1e-12 * max(abs(score), 1.0),
+        detail=f"n_l = {n_l}, i = {i}: e_uv = {score:.4f}; the printed split gives {printed:.4f}, "
+        f"with a[i'], W[i', j] {correct:.4f}",
+    )
+
+
 ERRATA: list[Erratum] = [
     Erratum(
         id="gat_balance.eq5.c_is_the_initial_value",
@@ -205,5 +229,16 @@ ERRATA: list[Erratum] = [
         "procedure's step 3): W^(L+1) does not exist",
         counterexample="a 4-layer GATv2 balanced by Procedure 2.6, seed 13",
         evaluate=_balancing_ranges_over_hidden_layers,
+    ),
+    Erratum(
+        id="gat_balance.eq13.other_neurons_index",
+        paper="GAT-balance",
+        location="App. 6, proof of Thm 2.2, Eq. 13 (and the line after it)",
+        printed="e~_uv = lambda^-1 a[i] phi_2(sum_j lambda W[i,j](h_u[j] + h_v[j])) + "
+        "sum_(i' != i) a[i] phi_2(sum_j W[i,j](h_u[j] + h_v[j]))",
+        correct="... + sum_(i' != i) a[i'] phi_2(sum_j W[i',j](h_u[j] + h_v[j])) (the other "
+        "neurons' terms, unchanged by the rescaling of neuron i)",
+        counterexample="n_l = 4, n_(l-1) = 3, i = 1, ReLU, random a, W, h_u + h_v, seed 13",
+        evaluate=_other_neurons_indexed_by_i_prime,
     ),
 ]

@@ -19,6 +19,7 @@ ADDED = [
     "gat_balance.fig2.delta_is_exact",
     "gat_balance.sec2.first_layer_row_norm",
     "gat_balance.procedure2_6.hidden_layers",
+    "gat_balance.eq13.other_neurons_index",
     "lipschitznorm.lemma1.proof.centre_softmax_of_x",
     "nodeformer.eq8_alg1.relational_bias_operand",
     "nodeformer.eq13.kl_direction",
