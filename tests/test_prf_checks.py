@@ -522,3 +522,22 @@ def test_a_five_percent_biased_estimator_passes_thm1_bound_but_not_the_mean(monk
     )
     assert REGISTRY["prf.thm1.bound"](cases=8).passed
     assert not REGISTRY["prf.prop1.mean"](cases=8).passed
+
+
+def test_prop1_elbo_tolerance_is_guarded(monkeypatch) -> None:
+    # The identity holds to ~1e-16 relative; an ELBO off by 3e-12 of log p(Y) (under a
+    # tolerance ten times looser, 1e-11, it would pass) must fail _TOL = 1e-12.
+    from proofs_check import load_checks, variational
+
+    load_checks()
+    check = REGISTRY["nodeformer.prop1.elbo"]
+    original = variational.elbo_terms
+
+    def slipped(q, prior, likelihood):
+        log_evidence, elbo, kl_posterior = original(q, prior, likelihood)
+        scale = max(abs(log_evidence), abs(elbo), kl_posterior, 1.0)
+        return log_evidence, elbo + 3e-12 * scale, kl_posterior
+
+    monkeypatch.setattr(variational, "elbo_terms", slipped)
+    record = check(cases=8)
+    assert not record.passed and record.measured < 1e-11
