@@ -801,7 +801,8 @@ def test_hypothesis_targeted_search_finds_no_input_over_the_bound(data, form: Fo
 # Bounds that a case the check evaluates meets with equality: Eq. 28 with constant 1 (its
 # fixed case A = [v, -v], S = (1/2, 1/2), B = (1, -1)); Thm 3 at alpha = 0 (scores 0, so the
 # bound e^0 sqrt(m/n) + 0 is the softmax term alone, met by its cases); Thm 1's pointwise form
-# (the Cauchy-Schwarz step of its proof is an equality for one of its multi-head cases). A
+# (a sum of per-head terms by the triangle inequality, met where one head carries it all, as
+# in its one-head cases). A
 # check that stopped evaluating its equality case, or measured less than the true norm,
 # would drop below tightness 1.
 EQUALITY_CASES = ("lipschitz.eq28", "lipschitz.thm3.alpha_0", "lipschitz.thm1")
