@@ -6,7 +6,7 @@ the checks. PyG parity: tests/interop/test_pyg_module.py."""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,25 +18,8 @@ from refimpl.naive.transformer_conv import transformer_conv_backward, transforme
 from refimpl.nn import TransformerConv
 from refimpl.testing import check_gradients, max_relative_error, relative_errors
 from refimpl.testing.tolerances import GRADCHECK_RTOL, TWIN_RTOL
+from tests.bipartite import Bipartite
 from tests.strategies import bipartite_graphs, seeds
-
-
-class Bipartite(NamedTuple):
-    """``conv.forward(params, (x_src, x_dst), graph, edge_attr)`` with separate inputs, for
-    ``check_gradients`` to perturb each side's features."""
-
-    conv: TransformerConv
-
-    def forward(self, params: dict, x_src: Any, x_dst: Any, graph: Graph, *edge_attr: Any,
-                **kwargs: Any) -> tuple:  # fmt: skip
-        return self.conv.forward(params, (x_src, x_dst), graph, *edge_attr, **kwargs)
-
-    def backward(self, params: dict, cache: Any, d_out: Any) -> tuple:
-        d_inputs, d_params = self.conv.backward(params, cache, d_out)
-        if self.conv.edge_dim is None:
-            return d_inputs, d_params
-        (d_x_src, d_x_dst), d_edge_attr = d_inputs
-        return (d_x_src, d_x_dst, d_edge_attr), d_params
 
 
 @st.composite
