@@ -89,9 +89,11 @@ def sides_backward(
     d_h_src: np.ndarray,
     d_h_dst: np.ndarray,
     d_params: dict[str, np.ndarray],
+    d_x_skip: np.ndarray,
 ) -> Any:
     """B1 of :func:`sides`: adds each map's gradient to ``d_params`` (a map both sides read
-    gets both terms); returns ``d_x``, or ``(d_x_src, d_x_dst)`` for a pair."""
+    gets both terms); returns ``d_x``, or ``(d_x_src, d_x_dst)`` for a pair, with
+    ``d_x_skip``, the residual's share (B8'), added to the targets' features."""
     d_xs = []
     for (weight, bias), x_side, d_h in zip(f1.maps, (f1.x_src, f1.x_dst), (d_h_src, d_h_dst),
                                            strict=True):  # fmt: skip
@@ -102,8 +104,8 @@ def sides_backward(
             d_params[bias] = d_params.get(bias, 0) + d_h.sum(axis=0).reshape(-1)
         d_xs.append(np.einsum("nhc,hcf->nf", d_h, w))
     if f1.x_dst is f1.x_src:  # one x read by both sides
-        return d_xs[0] + d_xs[1]
-    return d_xs[0], d_xs[1]
+        return d_xs[0] + d_xs[1] + d_x_skip
+    return d_xs[0], d_xs[1] + d_x_skip
 
 
 def _affine(params: dict, weight: str, bias: str | None, x: np.ndarray, heads: int) -> np.ndarray:

@@ -150,10 +150,6 @@ def gat_v1_backward(
             conv, params, cache.features, cache.edge_attr, cache.graph, d_h_edge
         )
     # B1 (of F1) W h = W x, each side; B8' the residual's share of the targets' d_x
-    d_x = sides_backward(conv, params, f1, d_h, d_h_dst, d_params)
-    if isinstance(d_x, tuple):
-        d_x = (d_x[0], d_x[1] + d_x_skip)
-    else:
-        d_x = d_x + d_x_skip
+    d_x = sides_backward(conv, params, f1, d_h, d_h_dst, d_params, d_x_skip)
     d_params = {name: d_params[name] for name in params}
     return (d_x if d_edge_attr is None else (d_x, d_edge_attr)), d_params

@@ -139,10 +139,6 @@ def gat_v2_backward(
         )
     # B1 (of F1) W_s x (+ b_s) and W_t x (+ b_t); a shared W (and b) receives both;
     # B8' the residual's share of the targets' d_x
-    d_x = sides_backward(conv, params, f1, d_h_src, d_h_dst, d_params)
-    if isinstance(d_x, tuple):
-        d_x = (d_x[0], d_x[1] + d_x_skip)
-    else:
-        d_x = d_x + d_x_skip
+    d_x = sides_backward(conv, params, f1, d_h_src, d_h_dst, d_params, d_x_skip)
     d_params = {name: d_params[name] for name in params}
     return (d_x if d_edge_attr is None else (d_x, d_edge_attr)), d_params

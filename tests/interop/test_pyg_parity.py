@@ -265,11 +265,9 @@ def test_state_dict_keys_shapes_and_order_are_pygs(layer: object, seed: int) -> 
     assert all(np.array_equal(back[k], params[k]) for k in params)
 
 
-@given(case=gat_cases())
-def test_gat_options_state_dict_keys_shapes_and_order_are_pygs(case: tuple) -> None:
-    # edge_dim (lin_edge, att_edge), residual (res), projection biases: PyG's own tensors
-    # first (att*, bias), then its submodules' (lin*, lin_edge, res)
-    layer, module, *_ = case
+def assert_state_dict_round_trip(layer: object, module: object) -> None:
+    """``pyg_shapes`` lists the module's keys and shapes in its order; ``to_pyg`` loads into it
+    strictly and ``from_pyg`` reads the same parameters back."""
     expected = {k: tuple(v.shape) for k, v in module.state_dict().items()}
     assert list(pyg_shapes(layer).items()) == list(expected.items())
     params = layer.init_params(np.random.default_rng(0))
@@ -277,6 +275,14 @@ def test_gat_options_state_dict_keys_shapes_and_order_are_pygs(case: tuple) -> N
     module.load_state_dict(exported, strict=True)
     back = from_pyg(layer, module.state_dict())
     assert all(np.array_equal(back[k], params[k]) for k in params)
+
+
+@given(case=gat_cases())
+def test_gat_options_state_dict_keys_shapes_and_order_are_pygs(case: tuple) -> None:
+    # edge_dim (lin_edge, att_edge), residual (res), projection biases: PyG's own tensors
+    # first (att*, bias), then its submodules' (lin*, lin_edge, res)
+    layer, module, *_ = case
+    assert_state_dict_round_trip(layer, module)
 
 
 @pytest.mark.parametrize(
@@ -301,14 +307,7 @@ def test_gat_options_state_dict_keys_shapes_and_order_are_pygs(case: tuple) -> N
 def test_bipartite_state_dict_keys_shapes_and_order_are_pygs(layer: object) -> None:
     # in_channels = (F_src, F_dst): lin_src/lin_dst (v1), lin_l/lin_r (v2) of two widths,
     # res reading the targets' width
-    module = pyg_module(layer)
-    expected = {k: tuple(v.shape) for k, v in module.state_dict().items()}
-    assert list(pyg_shapes(layer).items()) == list(expected.items())
-    params = layer.init_params(np.random.default_rng(0))
-    exported = {k: torch.from_numpy(v) for k, v in to_pyg(layer, params).items()}
-    module.load_state_dict(exported, strict=True)
-    back = from_pyg(layer, module.state_dict())
-    assert all(np.array_equal(back[k], params[k]) for k in params)
+    assert_state_dict_round_trip(layer, pyg_module(layer))
 
 
 def test_float32_modules_stay_float32_and_tensors_are_copied() -> None:
