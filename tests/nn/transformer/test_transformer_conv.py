@@ -184,6 +184,13 @@ def test_gradient_check_catches_a_wrong_backward() -> None:
     rng = np.random.default_rng(1)
     params = conv.init_params(rng)
     x, edge_attr = rng.standard_normal((4, 3)), rng.standard_normal((5, 2))
+    assert_catches_a_wrong_edge_gradient(conv, params, x, graph, edge_attr)
+
+
+def assert_catches_a_wrong_edge_gradient(
+    conv: Any, params: dict, x: np.ndarray, graph: Graph, edge_attr: np.ndarray
+) -> None:
+    """The gradient check flags ``conv``'s edge-feature gradient scaled by 1.01, and only it."""
 
     class Broken:
         forward = staticmethod(conv.forward)
