@@ -10,12 +10,15 @@ Backends
     The default. Segment reductions use ``scipy.sparse`` (measured fastest on
     the CPU, see ``scripts/bench_segment.py``).
 ``"cupy"``
-    CuPy arrays on a CUDA device (``pip install -e ".[gpu]"``).
+    CuPy arrays on a CUDA device (``pip install -e ".[gpu]"``). Segment sums add
+    each segment in one fixed order, with no atomics, so a run repeats bit for bit;
+    maxima go through integer keys (:mod:`refimpl.kernels.segment`).
 ``"strict"``
     A test-only stand-in for a device library (:mod:`refimpl.testing.strict`):
     NumPy underneath, but its arrays refuse silent conversion to NumPy, so a
     stray ``np.`` call in the math raises instead of running on the host. It
-    exercises the same generic code path CuPy takes, on a machine without a GPU.
+    exercises the same generic code path CuPy takes, on a machine without a GPU,
+    with :mod:`refimpl.testing.strict_sparse` for its sparse matrices.
 
 Selecting a backend
 -------------------
@@ -51,6 +54,7 @@ __all__ = [
     "get_backend",
     "is_array",
     "set_backend",
+    "sparse_module",
     "to_numpy",
     "use_backend",
 ]
@@ -61,14 +65,20 @@ class _BackendSpec:
     name: str
     module_path: str  # imported lazily: CuPy is optional
     install_hint: str
+    sparse_path: str  # its CSR matrices: segment sums are products with them
 
 
 _SPECS = {
-    "numpy": _BackendSpec("numpy", "numpy", "NumPy is a core dependency"),
+    "numpy": _BackendSpec("numpy", "numpy", "NumPy is a core dependency", "scipy.sparse"),
     "cupy": _BackendSpec(
-        "cupy", "cupy", 'install CuPy with pip install -e ".[gpu]" on a machine with a CUDA GPU'
+        "cupy",
+        "cupy",
+        'install CuPy with pip install -e ".[gpu]" on a machine with a CUDA GPU',
+        "cupyx.scipy.sparse",
     ),
-    "strict": _BackendSpec("strict", "refimpl.testing.strict", "part of refimpl"),
+    "strict": _BackendSpec(
+        "strict", "refimpl.testing.strict", "part of refimpl", "refimpl.testing.strict_sparse"
+    ),
 }
 BACKENDS: tuple[str, ...] = tuple(_SPECS)
 
@@ -134,6 +144,12 @@ def backend_name(xp: ModuleType) -> str:
         if xp.__name__ == spec.module_path:
             return name
     raise ValueError(f"{xp.__name__!r} is not a refimpl backend module")
+
+
+def sparse_module(xp: ModuleType) -> ModuleType:
+    """The sparse-matrix module that goes with array module ``xp``: ``scipy.sparse``,
+    ``cupyx.scipy.sparse``, or the strict stand-in's :mod:`refimpl.testing.strict_sparse`."""
+    return importlib.import_module(_SPECS[backend_name(xp)].sparse_path)
 
 
 def _owner(array: Any) -> str | None:

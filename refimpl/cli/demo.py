@@ -30,8 +30,10 @@ def run(args: argparse.Namespace) -> int:
     )
     print(f"features x ~ N(0, 1), shape {x.shape}, float64, seed {args.seed}\n")
 
+    # The layer and its gradient check run on the host (NumPy, float64) whatever the global
+    # backend (REFIMPL_BACKEND): they print host arrays. The training run uses that backend.
     conv = GATConv(8, 4, heads=2, version="v2")
-    params = conv.init_params(rng)
+    params = conv.init_params(rng, backend="numpy")
     out, cache = conv.forward(params, x, graph)
     edge_index, alpha = conv.attention_weights(cache)
     into_zero = np.flatnonzero(edge_index[1] == 0)
@@ -65,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         GATConv(8, 4, heads=1, version="v2", add_self_loops=False, bias=False),
     ]
     for conv in configurations:
-        params = conv.init_params(rng)
+        params = conv.init_params(rng, backend="numpy")
         kwargs = {}
         if conv.dropout:
             num_edges = conv.prepare_graph(graph).num_edges
@@ -106,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _train_briefly(seed: int) -> None:
     """Train a 2-layer GATv2 on a synthetic graph for a few seconds and report it."""
+    from refimpl.backend import get_backend
     from refimpl.data import contextual_sbm
     from refimpl.models import GAT
     from refimpl.train import TrainConfig, train_model
@@ -113,7 +116,10 @@ def _train_briefly(seed: int) -> None:
     dataset = contextual_sbm(600, 3, np.random.default_rng(seed), homophily=0.7)
     model = GAT(dataset.num_features, 8, dataset.num_classes, 2, heads=2, version="v2")
     config = TrainConfig(epochs=100, optimizer="adam", lr=0.01, seed=seed)
-    print(f"\ntraining {model.num_layers}-layer GATv2 (2 heads x 8) on {dataset.summary()}")
+    print(
+        f"\ntraining {model.num_layers}-layer GATv2 (2 heads x 8) on {dataset.summary()}, "
+        f"backend {get_backend()}"
+    )
     result = train_model(model, dataset, config)
     print(
         f"         {config.epochs} epochs of Adam (lr {config.lr}): best validation accuracy "

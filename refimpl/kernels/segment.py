@@ -18,12 +18,22 @@ and ``segment_max`` (and argmax ``-1``); ``segment_softmax`` has no output for
 them, so a node without incoming edges aggregates to zero.
 
 Implementation (``scripts/bench_segment.py`` times the candidates; figures in the
-benchmark docs): on NumPy, ``segment_sum`` is a product with a cached
-``scipy.sparse`` CSR matrix of shape ``(N, E)`` (one compiled pass over the edges,
-where ``numpy.add.at`` takes a slow unbuffered path per item); ``segment_max`` is
-``maximum.at`` on flattened indices (``ufunc.at``'s fast path is for 1-D indices).
-Other backends (CuPy, the strict
-stand-in) use ``xp.add.at`` / ``xp.maximum.at``, which CuPy >= 13 provides.
+benchmark docs): ``segment_sum`` adds each segment's items in item order, one
+segment at a time, over the segments' CSR structure (:meth:`Segments.csr_structure`,
+built once per segmentation). On NumPy that is a product with a ``scipy.sparse``
+``(N, E)`` matrix (one compiled pass over the edges, where ``numpy.add.at`` takes a
+slow unbuffered path per item); on CuPy a kernel of ours
+(:func:`refimpl.kernels.device_sums.row_sums_in_order`); on the strict stand-in
+SciPy's product again, through :mod:`refimpl.testing.strict_sparse`. One fixed order
+per segment makes a GPU run repeat bit for bit. ``add.at`` on a GPU sums in the
+order its atomic additions land, which changes from run to run, and so does
+cuSPARSE's CSR product on long rows (both measured on an H200: the GPU guide).
+
+``segment_max`` is ``maximum.at`` on flattened indices (``ufunc.at``'s fast path is
+for 1-D indices). On NumPy over the floats themselves; on the other backends over
+integer keys that order as the floats do (:func:`order_keys`): CuPy 14's
+``maximum.at`` rounds float64 through float32, and an integer maximum is exact and
+does not depend on the order the updates land in.
 """
 
 from __future__ import annotations
@@ -32,13 +42,15 @@ import math
 import weakref
 from typing import Any
 
-from refimpl.backend import backend_name, get_array_module
+from refimpl.backend import backend_name, get_array_module, sparse_module
 from refimpl.kernels.csr import csr_matmul, csr_matmul_per_head
+from refimpl.kernels.device_sums import row_sums_in_order
 
 __all__ = [
     "Segments",
     "gather",
     "gather_backward",
+    "order_keys",
     "scatter_add",
     "segment_max",
     "segment_max_backward",
@@ -67,7 +79,8 @@ class Segments:
         self.num_segments = int(num_segments)
         self.xp = get_array_module(index)
         self.backend = backend_name(self.xp)  # "numpy", "cupy" or "strict"
-        self._sum_matrices: dict[Any, Any] = {}  # NumPy only: dtype -> CSR (N, E)
+        self._csr: tuple[Any, Any] | None = None  # csr_structure()
+        self._sum_matrices: dict[Any, Any] = {}  # dtype -> CSR (N, E); not on CuPy
         # NumPy only: per other segmentation, the CSR structure of the (N, N') matrices over
         # both (pair_structure) and segment_sum_pair's summed matrices (by dtype); weak keys,
         # so an entry goes when that segmentation (its graph) does
@@ -82,19 +95,41 @@ class Segments:
         """Number of items in each segment, ``(N,)`` (the in-degree for target segments)."""
         return self.xp.bincount(self.index, minlength=self.num_segments)
 
-    def sum_matrix(self, dtype: Any) -> Any:
-        """NumPy only: CSR ``(N, E)`` with a one at ``(index[e], e)``, built once per dtype:
-        ``segment_sum`` is a product with it (the dtype matches the values, so float32 stays
-        float32). Its ``indices`` list the items grouped by segment, stably."""
-        if dtype not in self._sum_matrices:
-            import numpy as np
-            import scipy.sparse as sp
+    def item_order(self) -> Any:
+        """The items grouped by segment, in item order within each segment (E,): a stable
+        sort of ``index``. A device sort need not be stable, so there the keys are made
+        unique (``index * E + item``) and any sort gives this one order."""
+        xp = self.xp
+        if self.backend == "numpy":
+            return xp.argsort(self.index, kind="stable")
+        keys = self.index.astype(xp.int64) * self.num_items + xp.arange(self.num_items)
+        return xp.argsort(keys)
 
-            order = np.argsort(self.index, kind="stable")  # (E,) items grouped by segment
-            indptr = np.zeros(self.num_segments + 1, dtype=np.int64)
-            np.cumsum(self.counts(), out=indptr[1:])
-            data = np.ones(self.num_items, dtype=dtype)
-            self._sum_matrices[dtype] = sp.csr_matrix(
+    def csr_structure(self) -> tuple[Any, Any]:
+        """``(item_order (E,), indptr (N + 1,))``: segment ``n``'s items are
+        ``item_order[indptr[n]:indptr[n + 1]]``, in item order. Built once; int32 off NumPy
+        (the device's sparse indices), int64 on NumPy."""
+        if self._csr is None:
+            xp = self.xp
+            indptr = xp.zeros(self.num_segments + 1, dtype=xp.int64)  # (N + 1,)
+            indptr[1:] = xp.cumsum(self.counts())
+            order = self.item_order()  # (E,)
+            if self.backend != "numpy":
+                if self.num_items >= 2**31:
+                    raise ValueError(f"{self.num_items} items: the device path holds < 2**31")
+                order, indptr = order.astype(xp.int32), indptr.astype(xp.int32)
+            self._csr = (order, indptr)
+        return self._csr
+
+    def sum_matrix(self, dtype: Any) -> Any:
+        """CSR ``(N, E)`` with a one at ``(index[e], e)`` (:meth:`csr_structure`), built once
+        per dtype, with ``scipy.sparse`` (the strict stand-in's, off NumPy):
+        ``segment_sum`` is a product with it (the dtype matches the values, so float32
+        stays float32)."""
+        if dtype not in self._sum_matrices:
+            order, indptr = self.csr_structure()
+            data = self.xp.ones(self.num_items, dtype=dtype)
+            self._sum_matrices[dtype] = sparse_module(self.xp).csr_matrix(
                 (data, order, indptr), shape=(self.num_segments, self.num_items)
             )
         return self._sum_matrices[dtype]
@@ -144,10 +179,13 @@ def segment_sum(values: Any, segments: Segments, weights: Any = None) -> Any:
     if segments.backend != "numpy":
         if weights is not None:
             values = _scaled(values, weights)
-        xp = segments.xp
         flat = _flat(values, segments.num_items)  # (E, F)
-        out = xp.zeros((segments.num_segments, flat.shape[1]), dtype=values.dtype)
-        xp.add.at(out, segments.index, flat)
+        if flat.size == 0 or segments.num_segments == 0:  # nothing to launch
+            out = segments.xp.zeros((segments.num_segments, flat.shape[1]), dtype=values.dtype)
+        elif segments.backend == "cupy":
+            out = row_sums_in_order(flat, *segments.csr_structure())  # (N, F)
+        else:  # the strict stand-in: SciPy's CSR product sums each row in that same order
+            out = segments.sum_matrix(values.dtype) @ flat  # (N, F)
         return out.reshape((segments.num_segments, *values.shape[1:]))
     dtype = values.dtype if weights is None else weights.dtype
     return _sparse_sum(segments.sum_matrix(dtype), values, weights, segments)
@@ -224,9 +262,36 @@ def _running_maxima(values: Any, segments: Segments) -> tuple[Any, Any, Any]:
     flat = values.reshape(segments.num_items, math.prod(values.shape[1:]))  # (E, F); F explicit
     num_features = flat.shape[1]  # for E = 0
     positions = _flat_positions(segments, num_features)  # (E, F)
-    maxima = xp.full(segments.num_segments * num_features, -xp.inf, dtype=values.dtype)
-    xp.maximum.at(maxima, positions.ravel(), flat.ravel())
-    return maxima, flat, positions
+    size = segments.num_segments * num_features
+    if segments.backend == "numpy":
+        maxima = xp.full(size, -xp.inf, dtype=values.dtype)
+        xp.maximum.at(maxima, positions.ravel(), flat.ravel())
+        return maxima, flat, positions
+    # the maximum of keys that order as the floats do (module docstring), then back
+    import numpy as np  # the key of -inf, a host constant
+
+    keys = order_keys(flat.ravel())
+    bottom = int(order_keys(np.full(1, -np.inf, dtype=values.dtype))[0])
+    maxima_keys = xp.full(size, bottom, dtype=keys.dtype)
+    xp.maximum.at(maxima_keys, positions.ravel(), keys)
+    return order_keys(maxima_keys).view(values.dtype), flat, positions
+
+
+def order_keys(values: Any) -> Any:
+    """Integers that order as the floats ``values`` do, and back (the map is its own inverse).
+
+    ``values`` float32 or float64 (1-D) gives int32 or int64 keys; int keys give the
+    float bits back (view them as the float dtype). The sign bit is kept and, for
+    negative numbers, the other bits are flipped, so a larger magnitude becomes a smaller
+    key. ``-0.0`` orders just below ``+0.0``.
+    """
+    xp = get_array_module(values)
+    bits = values.dtype.itemsize * 8
+    key_type = {32: xp.int32, 64: xp.int64}[bits]
+    signed = values.view(key_type)
+    low_bits = (1 << (bits - 1)) - 1  # every bit but the sign
+    negative_mask = xp.bitwise_and(xp.right_shift(signed, bits - 1), low_bits)  # 0 or low_bits
+    return xp.bitwise_xor(signed, negative_mask)
 
 
 def segment_max(values: Any, segments: Segments) -> tuple[Any, Any]:

@@ -26,6 +26,16 @@ def test_demo_runs_and_trains(capsys: pytest.CaptureFixture) -> None:
     assert "all within 1e-06" in out and "best validation accuracy" in out
 
 
+def test_demo_runs_under_a_device_backend(capsys: pytest.CaptureFixture) -> None:
+    """With a device backend selected globally (REFIMPL_BACKEND=cupy), the demo's host part
+    stays on NumPy and its training run moves to the device; it mixed the two before."""
+    from refimpl.backend import use_backend
+
+    with use_backend("strict"):
+        assert main(["demo"]) == 0
+    assert "backend strict" in capsys.readouterr().out
+
+
 def test_train_several_seeds_writes_the_run(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["train", *FAST, "--seeds", "0", "1", "--out", str(tmp_path)]) == 0
     summary = json.loads((tmp_path / "summary.json").read_text())

@@ -186,7 +186,9 @@ def test_device_backend_matches_numpy(backend: str, median: str) -> None:
         assert isinstance(result, np.ndarray)
         np.testing.assert_array_equal(result, function(x, median))
     device, host = log_ratios(on, median, max_samples=100), log_ratios(x, median, max_samples=100)
-    np.testing.assert_array_equal(device.values, host.values)
+    # The ratios above are bitwise equal (a selection and one division); a log10 is correctly
+    # rounded on neither side, and CUDA's differs from the host's by an ulp (seen on an H200).
+    np.testing.assert_array_max_ulp(device.values, host.values, maxulp=2)
     assert device.num_nonfinite == host.num_nonfinite
 
 

@@ -1,0 +1,70 @@
+"""The strict stand-in's ``cupyx.scipy.sparse``: CSR matrices over strict arrays.
+
+:func:`refimpl.backend.sparse_module` hands this module to code running on the strict
+backend, where CuPy would hand ``cupyx.scipy.sparse``. Like ``cupyx``, it takes only
+device (strict) arrays, stores ``int32`` indices, and multiplies a matrix by a device
+array into a device array; a NumPy array anywhere raises. Underneath it is
+``scipy.sparse``, so the products are SciPy's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from refimpl.testing.strict import StrictArray, StrictConversionError
+
+__all__ = ["csr_matrix"]
+
+
+def _device(array: Any, name: str) -> np.ndarray:
+    if not isinstance(array, StrictArray):
+        raise StrictConversionError(
+            f"csr_matrix {name}: expected a strict-backend array, got {type(array).__name__} "
+            "(cupyx.scipy.sparse refuses host arrays too)"
+        )
+    return array._data
+
+
+class csr_matrix:  # lower case: the name of the class it stands in for
+    """``csr_matrix((data, indices, indptr), shape=(R, C))`` over strict arrays."""
+
+    format = "csr"
+
+    def __init__(self, arg: Any, shape: tuple[int, int] | None = None, copy: bool = False) -> None:
+        if isinstance(arg, sp.csr_matrix):  # internal: the result of an operation
+            self._matrix = arg
+            return
+        data, indices, indptr = arg
+        self._matrix = sp.csr_matrix(
+            (
+                _device(data, "data"),
+                _device(indices, "indices").astype(np.int32),  # as cupyx: 32-bit indices
+                _device(indptr, "indptr").astype(np.int32),
+            ),
+            shape=shape,
+            copy=copy,
+        )
+
+    shape = property(lambda self: self._matrix.shape)
+    dtype = property(lambda self: self._matrix.dtype)
+    nnz = property(lambda self: self._matrix.nnz)
+    data = property(lambda self: StrictArray(self._matrix.data))
+    indices = property(lambda self: StrictArray(self._matrix.indices))
+    indptr = property(lambda self: StrictArray(self._matrix.indptr))
+
+    def sort_indices(self) -> None:
+        self._matrix.sort_indices()
+
+    def __add__(self, other: csr_matrix) -> csr_matrix:
+        if not isinstance(other, csr_matrix):
+            raise TypeError(f"csr_matrix + {type(other).__name__} is not supported here")
+        return csr_matrix(sp.csr_matrix(self._matrix + other._matrix))
+
+    def __matmul__(self, dense: Any) -> StrictArray:
+        return StrictArray(np.asarray(self._matrix @ _device(dense, "@ operand")))
+
+    def __repr__(self) -> str:
+        return f"strict_sparse.csr_matrix(shape={self.shape}, nnz={self.nnz})"
