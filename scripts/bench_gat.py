@@ -1,11 +1,14 @@
 """Benchmark: one full-batch training step (forward, loss, backward, Adam), ours vs PyG.
 
 Configurations (float32, Cora: the shared Planetoid files when ``REFIMPL_DATA``
-is set, else a random graph of Cora's size with binary features):
+is set, else a random graph of Cora's size with binary features; Adam lr 5e-3,
+weight decay 5e-4, cross-entropy on the training nodes):
 
-    a  2-layer GAT v1, 8 heads x 8 hidden, ELU, dropout 0.6 (inputs and attention),
-       one output head, bias (the GAT paper's Cora model)
-    b  10-layer GATv2, width 64, one head, shared weights, ReLU, no bias, no dropout
+    a   2-layer GAT v1, 8 heads x 8 hidden, ELU, dropout 0.6 (inputs and attention),
+        one output head, bias (the GAT paper's Cora model)
+    a0  a without dropout: the same kernels, without the cost of drawing masks
+    c   10-layer GATv2, width 64, one head, shared weights, ReLU, no bias, no dropout
+    d   10-layer GAT v1, width 64, one head, bias, ReLU, no dropout
 
 Each implementation runs in its own subprocess (so peak memory is its own),
 with ``--threads`` threads (default 2; ``OMP_NUM_THREADS`` and friends, ``torch.set_num_threads``).
@@ -18,7 +21,7 @@ which goes first; the table gives the medians over rounds and the median of the
 per-round ratios, since on a shared machine both columns drift by +-15% between
 runs while the ratio within a round moves much less.
 
-    python scripts/bench_gat.py [--steps 30] [--rounds 3] [--json results.json]
+    python scripts/bench_gat.py [--steps 30] [--rounds 3] [--configs a a0 c d] [--json PATH]
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ from bench_common import ChildFailed, median_seconds, reset_peak_rss, run_child,
 
 CONFIGS = {
     "a": "2-layer GAT v1, 8 heads x 8, ELU, dropout 0.6",
-    "b": "10-layer GATv2, width 64, 1 head, shared W",
+    "a0": "a without dropout",
+    "c": "10-layer GATv2, width 64, shared W, no bias",
+    "d": "10-layer GAT v1, width 64, bias",
 }
 
 
@@ -63,14 +68,18 @@ def _time(step, steps: int, sync=None) -> float:
 
 
 def ours_model(config: str, in_channels: int, out_channels: int = 7, num_layers: int = 10):
-    """Configuration a (the GAT paper's Cora model) or b (a deep GATv2, ``num_layers`` deep)."""
+    """Configuration a or a0 (the GAT paper's Cora model, with or without dropout), c (a deep
+    GATv2, ``num_layers`` deep) or d (a deep GAT v1)."""
     from refimpl.models import GAT
 
-    if config == "a":
+    if config in ("a", "a0"):
+        p = 0.6 if config == "a" else 0.0
         return GAT(in_channels, 8, out_channels, 2, heads=(8, 1), version="v1", bias=True,
-                   activation="elu", dropout=0.6, attn_dropout=0.6)  # fmt: skip
-    return GAT(in_channels, 64, out_channels, num_layers, heads=1, version="v2",
-               share_weights=True)  # fmt: skip
+                   activation="elu", dropout=p, attn_dropout=p)  # fmt: skip
+    if config == "c":
+        return GAT(in_channels, 64, out_channels, num_layers, heads=1, version="v2",
+                   share_weights=True)  # fmt: skip
+    return GAT(in_channels, 64, out_channels, num_layers, heads=1, version="v1", bias=True)
 
 
 def ours_step(model, params: dict, x, graph, y, train, rng):
@@ -98,13 +107,17 @@ def pyg_step(config: str, x, edge_index, y, train, out_channels: int = 7, num_la
     import torch.nn.functional as F
     from torch_geometric.nn import GATConv, GATv2Conv
 
-    if config == "a":
-        layers = [GATConv(x.shape[1], 8, heads=8, dropout=0.6),
-                  GATConv(64, out_channels, heads=1, concat=False, dropout=0.6)]  # fmt: skip
+    p = 0.6 if config == "a" else 0.0
+    if config in ("a", "a0"):
+        layers = [GATConv(x.shape[1], 8, heads=8, dropout=p),
+                  GATConv(64, out_channels, heads=1, concat=False, dropout=p)]  # fmt: skip
     else:
         widths = [x.shape[1]] + [64] * (num_layers - 1) + [out_channels]
-        layers = [GATv2Conv(widths[i], widths[i + 1], heads=1, share_weights=True, bias=False)
-                  for i in range(num_layers)]  # fmt: skip
+        if config == "c":
+            layers = [GATv2Conv(widths[i], widths[i + 1], heads=1, share_weights=True, bias=False)
+                      for i in range(num_layers)]  # fmt: skip
+        else:
+            layers = [GATConv(widths[i], widths[i + 1], heads=1) for i in range(num_layers)]
     layers = torch.nn.ModuleList(layers).to(x.device)
     optimizer = torch.optim.Adam(layers.parameters(), lr=0.005, weight_decay=5e-4)
 
@@ -112,11 +125,11 @@ def pyg_step(config: str, x, edge_index, y, train, out_channels: int = 7, num_la
         optimizer.zero_grad()
         h = x
         for i, layer in enumerate(layers):
-            if config == "a":
-                h = F.dropout(h, p=0.6, training=True)
+            if p:
+                h = F.dropout(h, p=p, training=True)
             h = layer(h, edge_index)
             if i < len(layers) - 1:
-                h = F.elu(h) if config == "a" else F.relu(h)
+                h = F.elu(h) if config in ("a", "a0") else F.relu(h)
         F.cross_entropy(h[train], y[train]).backward()
         optimizer.step()
 
@@ -194,11 +207,13 @@ def main(argv: list[str] | None = None) -> None:
         help="runs of each side per configuration, alternating (default 3); the table "
         "reports the medians over rounds and the median of the per-round ratios",
     )
+    parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args(argv)
     rows = {}
     print(f"{'config':<44} {'ours ms':>8} {'PyG ms':>8} {'ratio':>6} {'ours MB':>8} {'PyG MB':>7}")
-    for config, label in CONFIGS.items():
+    for config in args.configs:
+        label = CONFIGS[config]
         ours_runs, pyg_runs = _rounds(config, args)
         ours_ms = statistics.median(run["ms"] for run in ours_runs)
         ours_mb = max(run["peak_mb"] for run in ours_runs)
@@ -228,7 +243,7 @@ def main(argv: list[str] | None = None) -> None:
         if len(ratios) > 1:
             print(f"{'':<44} per-round ratios: " + ", ".join(f"{r:.2f}" for r in ratios))
     print(
-        f"data: {rows['a']['data']}; float32; {args.threads} threads; medians over "
+        f"data: {rows[args.configs[0]]['data']}; float32; {args.threads} threads; medians over "
         f"{args.rounds} rounds of {args.steps} steps each"
     )
     if args.json:

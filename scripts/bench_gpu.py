@@ -3,7 +3,7 @@
 Cases (issue 9):
 
     gat-a          2-layer GAT v1, 8 heads x 8, ELU, dropout 0.6: bench_gat.py's configuration a
-    gat-b          10-layer GATv2, width 64, 1 head, shared W: bench_gat.py's configuration b
+    gat-c          10-layer GATv2, width 64, 1 head, shared W: bench_gat.py's configuration c
     gatv2-large    2-layer GATv2, width 64, 1 head, on a random graph, N = 1e6, E = 1e7
     nodeformer-1e6 one NodeFormerConv step (forward + backward), bench_nodeformer.py's layer
     nodeformer-1e7 and graph (d = 64, m = 30, K = 10, one head, sigmoid relational bias,
@@ -37,7 +37,7 @@ from bench_nodeformer import CHANNELS, DEGREE, nodeformer_layer
 
 CASES = {
     "gat-a": "2-layer GAT v1, 8 heads x 8, ELU, dropout 0.6 (Cora)",
-    "gat-b": "10-layer GATv2, width 64, 1 head, shared W (Cora)",
+    "gat-c": "10-layer GATv2, width 64, 1 head, shared W (Cora)",
     "gatv2-large": "2-layer GATv2, width 64, N = 1e6, E = 1e7",
     "nodeformer-1e6": "NodeFormerConv step, N = 1e6",
     "nodeformer-1e7": "NodeFormerConv step, N = 1e7",
@@ -92,7 +92,7 @@ def _gat_data(case: str, scale: int) -> tuple:
 
 
 def _shape(case: str) -> dict:
-    """Depth and classes: on the large graph configuration b is a 2-layer GATv2."""
+    """Depth and classes: on the large graph configuration c is a 2-layer GATv2."""
     return {"out_channels": CLASSES, "num_layers": 2} if case == "gatv2-large" else {}
 
 
@@ -102,7 +102,7 @@ def run_ours_gat(case: str, backend: str, steps: int, scale: int) -> float:
     from refimpl.backend import asarray
 
     x, graph, y, train = _gat_data(case, scale)
-    model = ours_model("a" if case == "gat-a" else "b", x.shape[1], **_shape(case))
+    model = ours_model("a" if case == "gat-a" else "c", x.shape[1], **_shape(case))
     x, y, train = (asarray(a, backend=backend) for a in (x, y, train))
     params = model.init_params(np.random.default_rng(0), backend=backend, dtype=np.float32)
     rng = _device_rng(backend, 1)
@@ -147,7 +147,7 @@ def run_pyg_gat(case: str, backend: str, steps: int, scale: int) -> float:
     torch.manual_seed(0)
     x, graph, y, train = _gat_data(case, scale)
     step = pyg_step(
-        "a" if case == "gat-a" else "b",
+        "a" if case == "gat-a" else "c",
         torch.from_numpy(x).to(device),
         torch.tensor(graph.edge_index).to(device),
         torch.from_numpy(y).long().to(device),

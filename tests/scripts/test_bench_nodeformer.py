@@ -36,7 +36,13 @@ def test_tiny_sweep_writes_one_record_per_n(bench, tmp_path, capsys):
             "ours_stolen",
             "exact_s",
             "exact_peak_mb",
+            "torch_s",
+            "torch_peak_mb",
         }
+        if importlib.util.find_spec("torch") is None:
+            assert record["torch_s"] is record["torch_peak_mb"] is None
+        else:
+            assert record["torch_s"] > 0 and record["torch_peak_mb"] >= 0
         assert record["ours_stolen"] is None or 0.0 <= record["ours_stolen"] <= 1.0
         assert isinstance(record["n"], int)
         for key in ("ours_s", "ours_cpu_s", "exact_s"):
@@ -44,8 +50,8 @@ def test_tiny_sweep_writes_one_record_per_n(bench, tmp_path, capsys):
         for key in ("ours_peak_mb", "exact_peak_mb"):
             assert isinstance(record[key], float) and record[key] >= 0
     printed = capsys.readouterr().out
-    assert printed.count("not measured") == 3  # no N in [1e4, 1e6] and no N = 1e6
-    for number in (1, 2, 3):
+    assert printed.count("not measured") == 4  # no N in [1e4, 1e6], no N = 1e6, torch below 1e4
+    for number in (1, 2, 3, 4):
         assert f"goal {number} (" in printed
 
 
@@ -70,6 +76,26 @@ def test_goal_lines_fit_the_loglog_slope(bench, power, verdict):
     assert lines[1].startswith("goal 2") and f"{seconds:.2f} s: {verdict}" in lines[1]
 
 
+@pytest.mark.parametrize(
+    ("time_ratio", "memory_ratio", "verdict"),
+    [(0.2, 0.25, "PASS"), (0.21, 0.25, "FAIL"), (0.2, 0.26, "FAIL")],
+)
+def test_goal_4_holds_the_torch_ratios_at_their_bounds(bench, time_ratio, memory_ratio, verdict):
+    records = [
+        {"n": 1_000, "ours_s": 9.0, "ours_peak_mb": 9.0, "torch_s": 1.0, "torch_peak_mb": 1.0},
+        {
+            "n": 10_000,
+            "ours_s": time_ratio,
+            "ours_peak_mb": memory_ratio,
+            "torch_s": 1.0,
+            "torch_peak_mb": 1.0,
+        },
+    ]  # N = 1e3 lies below the goal's range: its ratio 9 does not count
+    line = bench.goal_lines(records, "float32", 2)[3]
+    assert line.startswith("goal 4") and line.endswith(verdict), line
+
+
 def test_goal_lines_say_when_nothing_was_measured(bench):
-    lines = bench.goal_lines([{"n": 1_000, "ours_s": 0.1, "ours_peak_mb": 5.0}], "float32", 2)
+    record = {"n": 1_000, "ours_s": 0.1, "ours_peak_mb": 5.0, "torch_s": None}
+    lines = bench.goal_lines([record], "float32", 2)
     assert all("not measured" in line for line in lines)
