@@ -53,8 +53,10 @@ __all__ = [
     "get_array_module",
     "get_backend",
     "is_array",
+    "is_sparse",
     "set_backend",
     "sparse_module",
+    "sparse_owner",
     "to_numpy",
     "use_backend",
 ]
@@ -152,8 +154,30 @@ def sparse_module(xp: ModuleType) -> ModuleType:
     return importlib.import_module(_SPECS[backend_name(xp)].sparse_path)
 
 
+_SPARSE_OWNERS = {
+    "scipy.sparse": "numpy",
+    "cupyx.scipy.sparse": "cupy",
+    "refimpl.testing.strict_sparse": "strict",
+}
+
+
+def sparse_owner(matrix: Any) -> str | None:
+    """Backend of a sparse matrix (``scipy.sparse``, ``cupyx.scipy.sparse``, the strict
+    stand-in's), or ``None`` when ``matrix`` is not one."""
+    module = type(matrix).__module__
+    for prefix, owner in _SPARSE_OWNERS.items():
+        if module == prefix or module.startswith(prefix + "."):
+            return owner
+    return None
+
+
+def is_sparse(matrix: Any) -> bool:
+    """True for a sparse matrix of any backend (sparse input features: ``x`` in CSR)."""
+    return sparse_owner(matrix) is not None
+
+
 def _owner(array: Any) -> str | None:
-    """Backend that owns ``array``, or ``None`` when it is not an array."""
+    """Backend that owns ``array`` (a dense array or a sparse matrix), or ``None``."""
     if isinstance(array, np.ndarray):
         return "numpy"
     owner = getattr(type(array), "__refimpl_backend__", None)  # the strict stand-in
@@ -163,12 +187,13 @@ def _owner(array: Any) -> str | None:
         array, "__cuda_array_interface__"
     ):
         return "cupy"
-    return None
+    return sparse_owner(array)
 
 
 def is_array(array: Any) -> bool:
-    """True for an array of any backend (``numpy.ndarray``, ``cupy.ndarray``, strict)."""
-    return _owner(array) is not None
+    """True for a dense array of any backend (``numpy.ndarray``, ``cupy.ndarray``, strict);
+    False for a sparse matrix (:func:`is_sparse`)."""
+    return _owner(array) is not None and not is_sparse(array)
 
 
 def get_array_module(*arrays: Any) -> ModuleType:
@@ -188,12 +213,27 @@ def get_array_module(*arrays: Any) -> ModuleType:
 
 
 def asarray(array: Any, backend: str | None = None, dtype: Any = None) -> Any:
-    """Copy or view ``array`` as an array of ``backend`` (explicit host/device move)."""
+    """Copy or view ``array`` as an array of ``backend`` (explicit host/device move). A sparse
+    matrix stays sparse: a CSR matrix of ``backend``'s sparse module."""
     source = _owner(array)
     target = _check_name(_current if backend is None else backend)
+    if is_sparse(array):
+        return _sparse_to(array, source, target, dtype)
     if source is not None and source != target and source != "numpy":
         array = to_numpy(array)  # device -> host first; every backend accepts NumPy input
     return _load(target).asarray(array, dtype=dtype)
+
+
+def _sparse_to(matrix: Any, source: str, target: str, dtype: Any) -> Any:
+    """``matrix`` as a CSR matrix of ``target`` (its data cast to ``dtype`` when given)."""
+    csr = matrix.tocsr()
+    if source == target:
+        return csr if dtype is None else csr.astype(dtype)
+    parts = [to_numpy(part) for part in (csr.data, csr.indices, csr.indptr)]  # on the host
+    data, indices, indptr = (asarray(part, backend=target) for part in parts)
+    if dtype is not None:
+        data = data.astype(dtype)
+    return sparse_module(_load(target)).csr_matrix((data, indices, indptr), shape=csr.shape)
 
 
 def to_numpy(array: Any) -> np.ndarray:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from refimpl.backend import get_array_module, is_array
+from refimpl.backend import get_array_module, is_array, is_sparse
 
 __all__ = [
     "NonFiniteError",
@@ -34,6 +34,7 @@ __all__ = [
     "check_probability",
     "check_same_dtype",
     "check_scalar_cotangent",
+    "check_sparse_input",
 ]
 
 
@@ -105,6 +106,22 @@ def check_input(value: Any, name: str = "x", **shape_kwargs: Any) -> ModuleType:
     xp = check_array(value, name, **shape_kwargs)
     check_finite(value, name)
     return xp
+
+
+def check_sparse_input(x: Any, name: str, in_features: int) -> ModuleType:
+    """Sparse input features: a CSR matrix (N, in_features) of floats whose stored values are
+    finite. Returns the array module of its backend."""
+    if getattr(x, "format", None) != "csr":
+        raise TypeError(
+            f"{name} is a sparse matrix in {getattr(x, 'format', '?')!r} format; sparse input "
+            f"features must be CSR: convert with {name}.tocsr()"
+        )
+    if x.ndim != 2 or x.shape[1] != in_features:
+        raise ValueError(f"{name} must have shape (N, {in_features}), got {tuple(x.shape)}")
+    if x.dtype.kind != "f":
+        raise TypeError(f"{name} must hold floats, got dtype {x.dtype}; cast with .astype")
+    check_finite(x.data, f"{name} (its stored values)")
+    return get_array_module(x)
 
 
 def check_cotangent(
@@ -209,7 +226,7 @@ def check_bipartite_inputs(x: Any, graph: Any, owner: str) -> None:
 
     if not isinstance(graph, Graph):
         raise TypeError(f"graph must be a refimpl.Graph, got {type(graph).__name__}")
-    if len(x) != 2 or not all(is_array(side) for side in x):
+    if len(x) != 2 or not all(is_array(side) or is_sparse(side) for side in x):
         raise TypeError(f"{owner}: x must be one array or a pair of arrays (x_src, x_dst)")
     for side, rows, what in ((x[0], graph.num_nodes, "sources"),
                              (x[1], graph.num_dst_nodes, "targets")):  # fmt: skip
@@ -275,11 +292,21 @@ def check_block_inputs(
     x: Any,
     in_features: int,
     name: str = "x",
+    sparse: bool = False,
 ) -> ModuleType:
     """A block's parameters and its input ``x`` (N, in_features), called ``name`` in messages:
-    keys, shapes, finiteness, one backend, one dtype. Returns the array module."""
+    keys, shapes, finiteness, one backend, one dtype. Returns the array module. ``sparse``:
+    the block also takes ``x`` as a CSR matrix (sparse input features)."""
     check_params(params, shapes, owner)
-    xp = check_input(x, name, shape=(None, in_features))
+    if is_sparse(x):
+        if not sparse:
+            raise TypeError(
+                f"{owner} takes {name} as a dense array; sparse input features (CSR) are taken "
+                f"by Linear, GATConv and the GAT model: pass {name}.toarray()"
+            )
+        xp = check_sparse_input(x, name, in_features)
+    else:
+        xp = check_input(x, name, shape=(None, in_features))
     get_array_module(x, *params.values())  # TypeError if x and params are on two backends
     check_same_dtype(params, x, name)
     return xp

@@ -136,10 +136,13 @@ def pyg_step(config: str, x, edge_index, y, train, out_channels: int = 7, num_la
     return step
 
 
-def run_ours(config: str, steps: int) -> dict:
+def run_ours(config: str, steps: int, features: str = "sparse") -> dict:
     import numpy as np
+    import scipy.sparse as sp
 
     x, graph, y, train, source = _load_cora()
+    if features == "sparse":  # the first layer multiplies over the stored values only
+        x = sp.csr_matrix(x)
     model = ours_model(config, x.shape[1])
     params = model.init_params(np.random.default_rng(0), dtype=np.float32)
     step = ours_step(model, params, x, graph, y, train, np.random.default_rng(1))
@@ -166,11 +169,12 @@ def run_pyg(config: str, steps: int) -> dict:
     return {"ms": ms, "peak_mb": status_mb("VmHWM") - baseline, "data": source}
 
 
-def _child(which: str, config: str, steps: int, threads: int) -> dict | None:
-    """``run_<which>`` in a fresh interpreter with ``threads`` threads; None for PyG where
+def _child(which: str, config: str, args: argparse.Namespace) -> dict | None:
+    """``run_<which>`` in a fresh interpreter with ``args.threads`` threads; None for PyG where
     torch or torch_geometric is not installed."""
+    call = (config, args.steps, args.features) if which == "ours" else (config, args.steps)
     try:
-        return run_child("bench_gat", f"run_{which}", (config, steps), threads, f"{which} {config}")
+        return run_child("bench_gat", f"run_{which}", call, args.threads, f"{which} {config}")
     except ChildFailed as err:
         if which == "pyg" and "No module named" in err.stderr:
             return None
@@ -185,9 +189,9 @@ def _rounds(config: str, args: argparse.Namespace) -> tuple[list[dict], list[dic
         order = ("ours", "pyg") if round_index % 2 == 0 else ("pyg", "ours")
         for which in order:
             if which == "ours":
-                ours.append(_child("ours", config, args.steps, args.threads))
+                ours.append(_child("ours", config, args))
             elif has_pyg:
-                result = _child("pyg", config, args.steps, args.threads)
+                result = _child("pyg", config, args)
                 has_pyg = result is not None
                 if has_pyg:
                     pyg.append(result)
@@ -208,6 +212,12 @@ def main(argv: list[str] | None = None) -> None:
         "reports the medians over rounds and the median of the per-round ratios",
     )
     parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
+    parser.add_argument(
+        "--features",
+        choices=("sparse", "dense"),
+        default="sparse",
+        help="our input features as a CSR matrix (default) or dense; PyG's are dense",
+    )
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args(argv)
     rows = {}
@@ -232,6 +242,7 @@ def main(argv: list[str] | None = None) -> None:
             "pyg_ms_rounds": [run["ms"] for run in pyg_runs],
             "ratio_rounds": ratios,
             "data": ours_runs[0]["data"],
+            "features": args.features,
         }
         pyg_text = f"{pyg_ms:>8.1f}" if pyg_runs else f"{'n/a':>8}"
         ratio_text = f"{ratio:>6.2f}" if ratios else f"{'n/a':>6}"
@@ -243,7 +254,8 @@ def main(argv: list[str] | None = None) -> None:
         if len(ratios) > 1:
             print(f"{'':<44} per-round ratios: " + ", ".join(f"{r:.2f}" for r in ratios))
     print(
-        f"data: {rows[args.configs[0]]['data']}; float32; {args.threads} threads; medians over "
+        f"data: {rows[args.configs[0]]['data']}; our features {args.features}; float32; "
+        f"{args.threads} threads; medians over "
         f"{args.rounds} rounds of {args.steps} steps each"
     )
     if args.json:

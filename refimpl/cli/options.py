@@ -45,6 +45,12 @@ def add_data_options(parser: argparse.ArgumentParser) -> None:
         "--normalize-features", action="store_true", help="row-normalise features (rows sum to 1)"
     )
     group.add_argument(
+        "--sparse-features",
+        action="store_true",
+        help="hand the features to the model as a SciPy CSR matrix (the same values; GAT only): "
+        "the first layer multiplies over the stored values alone",
+    )
+    group.add_argument(
         "--split",
         type=non_negative_int,
         default=None,
@@ -218,6 +224,14 @@ def load_data(name: str, args: argparse.Namespace) -> Any:
     dataset = load_dataset(name, root=args.data_root, **kwargs)
     if args.graph != "input":
         dataset = replace_graph(dataset, args.graph, args.knn)
+    if getattr(args, "sparse_features", False):
+        if getattr(args, "model", "gat") != "gat":
+            raise ValueError(f"--sparse-features is for --model gat, not {args.model}")
+        import dataclasses
+
+        import scipy.sparse as sp
+
+        dataset = dataclasses.replace(dataset, x=sp.csr_matrix(dataset.x))
     return dataset.astype(np.dtype(args.dtype))
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from refimpl.backend import to_numpy
+from refimpl.backend import is_sparse, sparse_owner, to_numpy
 from refimpl.graph import Graph
 
 __all__ = ["NodeDataset", "coalesce", "edge_homophily", "row_normalize"]
@@ -28,7 +28,7 @@ class NodeDataset:
     name : str
     graph : Graph
         ``N`` nodes; ``edge_index`` (2, E) in PyG's convention (row 0 ``src``).
-    x : float array (N, F)
+    x : float array (N, F), or a SciPy CSR matrix (sparse input features, for GAT)
         Node features (float64 from the loaders; ``astype`` for float32).
     y : array (N,) int64 class ids in ``[0, num_classes)``, or (N, K) float 0/1
         for multi-label data (``K == num_classes``).
@@ -43,7 +43,7 @@ class NodeDataset:
 
     name: str
     graph: Graph
-    x: np.ndarray
+    x: Any  # (N, F) np.ndarray or scipy.sparse CSR
     y: np.ndarray
     train_mask: np.ndarray
     val_mask: np.ndarray
@@ -54,14 +54,17 @@ class NodeDataset:
         if not isinstance(self.graph, Graph):
             raise TypeError(f"graph must be a refimpl.Graph, got {type(self.graph).__name__}")
         n = self.graph.num_nodes
-        if not isinstance(self.x, np.ndarray) or self.x.dtype.kind != "f":
+        sparse = is_sparse(self.x)
+        if sparse and (sparse_owner(self.x) != "numpy" or self.x.format != "csr"):
+            raise TypeError("a sparse x must be a scipy.sparse CSR matrix: convert with .tocsr()")
+        if not (sparse or isinstance(self.x, np.ndarray)) or self.x.dtype.kind != "f":
             raise TypeError(
-                f"x must be a floating-point NumPy array, got "
+                f"x must be a floating-point NumPy array or SciPy CSR matrix, got "
                 f"{getattr(self.x, 'dtype', type(self.x).__name__)}; convert with .astype(float)"
             )
         if self.x.ndim != 2 or self.x.shape[0] != n:
             raise ValueError(f"x must have shape (num_nodes, F) = ({n}, F), got {self.x.shape}")
-        if not np.isfinite(self.x).all():
+        if not np.isfinite(self.x.data if sparse else self.x).all():
             raise ValueError("x contains NaN or infinity")
         if isinstance(self.num_classes, bool) or not isinstance(
             self.num_classes, (int, np.integer)
@@ -186,16 +189,24 @@ def coalesce(
     return np.stack([major, minor] if sort_by_row else [minor, major])  # (2, E)
 
 
-def row_normalize(x: np.ndarray) -> np.ndarray:
+def row_normalize(x: Any) -> Any:
     """Rows scaled to sum to 1; zero rows stay zero (tkipf/gcn ``preprocess_features``).
 
-    ``x`` (N, F) -> (N, F), same dtype. Parity: PyG ``NormalizeFeatures``
+    ``x`` (N, F) -> (N, F), same dtype, dense or SciPy CSR: the same values where the row
+    sums are exact (binary features), else to an ulp or two (the sums add in other orders).
+    Parity: PyG ``NormalizeFeatures``
     divides by ``sum.clamp(min=1)`` (after subtracting the global minimum, a
     no-op for these non-negative features), so it leaves rows whose sum lies in
     ``(0, 1)`` unscaled; for binary features (Cora, CiteSeer, WebKB, Actor)
     every non-zero row sums to >= 1 and the two agree. Here every non-zero row
     sums to 1, as in Kipf & Welling's code (PubMed's TF-IDF rows may differ from PyG).
     """
+    if is_sparse(x):  # CSR: divide the stored values by their row's sum, as below
+        sums = np.asarray(x.sum(axis=1)).ravel()  # (N,)
+        safe = np.where(sums == 0, 1, sums)
+        rows = np.repeat(np.arange(x.shape[0]), np.diff(x.indptr))  # (nnz,)
+        data = (x.data / safe[rows]).astype(x.dtype, copy=False)
+        return type(x)((data, x.indices.copy(), x.indptr.copy()), shape=x.shape)
     sums = x.sum(axis=1, keepdims=True)  # (N, 1)
     safe = np.where(sums == 0, 1, sums)
     return (x / safe).astype(x.dtype, copy=False)

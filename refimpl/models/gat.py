@@ -381,7 +381,7 @@ class GAT:
         return noise
 
     def _check_inputs(self, params: dict[str, Any], x: Any, graph: Graph) -> None:
-        check_block_inputs(params, self.param_shapes(), "GAT", x, self.in_channels)
+        check_block_inputs(params, self.param_shapes(), "GAT", x, self.in_channels, sparse=True)
         check_graph_rows(x, graph)
 
 

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from refimpl.backend import get_array_module, is_array
-from refimpl.validation import check_array, check_cotangent, check_input
+from refimpl.backend import get_array_module, is_array, is_sparse, sparse_module
+from refimpl.validation import check_array, check_cotangent, check_input, check_sparse_input
 
 __all__ = ["Dropout", "DropoutCache", "recorded_dropout"]
 
@@ -25,6 +25,7 @@ class DropoutCache(NamedTuple):
     scale: float  # 1 / (1 - p)
     shape: tuple[int, ...]  # of x, to validate the cotangent
     dtype: Any  # of x
+    sparse_x: Any = None  # a sparse x (CSR), whose stored values the mask covers
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,12 @@ class Dropout:
 
     Returns ``(y, cache)``; cache: :class:`DropoutCache`, whose ``mask`` field
     is the boolean mask used. Backward: ``d_x = d_y * mask / (1 - p)``.
+
+    A sparse ``x`` (CSR, sparse input features): the mask covers its stored values,
+    ``(nnz,)``, drawn as ``rng.random(nnz) >= p``, and ``y`` is CSR with the same
+    structure (dropped values stored as 0). That is dense dropout with a mask that keeps
+    every entry not stored: those are 0 either way. ``d_x`` is dense, ``d_y / (1 - p)``
+    but 0 at the stored entries dropped. The draws differ from the dense path's.
 
     PyTorch parity: ``torch.nn.functional.dropout`` (same scaling, identity in
     eval mode); the draws differ (PyTorch uses its own generator), so compare by
@@ -72,6 +79,8 @@ class Dropout:
         mask: Any = None,
     ) -> tuple[Any, DropoutCache]:
         scale = 1.0 / (1.0 - self.p)
+        if is_sparse(x):
+            return self._forward_sparse(x, training, rng, mask, scale)
         if not training or self.p == 0:
             # The identity computes nothing, so it checks the type alone and the block that
             # computes with x checks its values: a finiteness pass over the input
@@ -85,15 +94,37 @@ class Dropout:
         elif rng is not None:
             mask = xp.asarray(rng.random(x.shape) >= self.p)  # (*S,) bool
         else:
-            raise ValueError(
-                f"Dropout(p={self.p}) in training mode needs randomness: pass rng="
-                "numpy.random.default_rng(seed) or an explicit boolean mask=, or "
-                "training=False for evaluation"
-            )
+            raise self._no_randomness()
         # F2 keep, and scale the kept entries by 1 / (1 - p) so that E[y] = x
         y = x * mask  # (*S,) in x's dtype
         y *= scale  # in place on the fresh product: one pass less
         return y, DropoutCache(mask, scale, tuple(x.shape), x.dtype)
+
+    def _no_randomness(self) -> ValueError:
+        return ValueError(
+            f"Dropout(p={self.p}) in training mode needs randomness: pass rng="
+            "numpy.random.default_rng(seed) or an explicit boolean mask=, or "
+            "training=False for evaluation"
+        )
+
+    def _forward_sparse(
+        self, x: Any, training: bool, rng: Any, mask: Any, scale: float
+    ) -> tuple[Any, DropoutCache]:
+        """F1-F2 over the stored values of a CSR ``x`` (class docstring)."""
+        xp = check_sparse_input(x, "x", x.shape[1])
+        if not training or self.p == 0:
+            return x, DropoutCache(None, scale, tuple(x.shape), x.dtype)
+        values = x.data  # (nnz,)
+        if mask is not None:
+            _check_mask(mask, values)
+        elif rng is not None:
+            mask = xp.asarray(rng.random(values.shape) >= self.p)  # (nnz,) bool
+        else:
+            raise self._no_randomness()
+        kept = values * mask
+        kept *= scale
+        y = sparse_module(xp).csr_matrix((kept, x.indices, x.indptr), shape=x.shape)
+        return y, DropoutCache(mask, scale, tuple(x.shape), x.dtype, x)
 
     def backward(
         self, params: dict[str, Any], cache: DropoutCache, d_y: Any
@@ -102,6 +133,13 @@ class Dropout:
         check_cotangent(d_y, cache.shape, cache.dtype, *like)
         if cache.mask is None:
             return d_y, {}
+        if cache.sparse_x is not None:  # dense d_x, 0 at the stored entries dropped
+            x, xp = cache.sparse_x, get_array_module(d_y)
+            rows = xp.repeat(xp.arange(x.shape[0]), xp.diff(x.indptr))  # (nnz,) row of each
+            d_x = d_y * cache.scale
+            dropped = ~cache.mask
+            d_x[rows[dropped], x.indices[dropped]] = 0
+            return d_x, {}
         # B2 (of F2) and B1 (of F1): the mask is a constant, so only the scaling flows back
         d_x = d_y * cache.mask
         d_x *= cache.scale

@@ -16,11 +16,19 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from refimpl.backend import asarray, get_array_module
+from refimpl.backend import asarray, get_array_module, is_sparse
 from refimpl.kernels.parallel import map_blocks, row_blocks, sum_in_order
 from refimpl.validation import check_block_inputs, check_cotangent
 
-__all__ = ["ROW_BLOCK", "Linear", "LinearCache", "affine_maps", "affine_maps_backward", "with_ones"]
+__all__ = [
+    "ROW_BLOCK",
+    "Linear",
+    "LinearCache",
+    "affine_maps",
+    "affine_maps_backward",
+    "weight_gradient",
+    "with_ones",
+]
 
 ROW_BLOCK = 4096  # host rows per block: big enough to amortise a BLAS call, small enough for cache
 
@@ -29,9 +37,17 @@ def affine_maps(x: Any, weights: Sequence[Any], biases: Sequence[Any] | None = N
     """``[x W_i^T + b_i for each map i]``: ``x (N, in)``, ``weights[i] (out_i, in)``,
     ``biases[i] (out_i,)`` (None: no bias) -> ``[(N, out_i)]``, each a new C-contiguous array.
 
+    ``x`` may be a sparse CSR matrix (sparse input features): each map is then one sparse
+    product, over the stored values only.
+
     No validation: callers check shapes and dtypes at their boundary.
     """
     xp = get_array_module(x)
+    if is_sparse(x):
+        outputs = [xp.ascontiguousarray(x @ weight.T) for weight in weights]  # (N, out_i)
+        for i, y in enumerate(outputs if biases is not None else []):
+            y += biases[i]
+        return outputs
     n = x.shape[0]
     dtype = xp.result_type(x, *weights)
     outputs = [xp.empty((n, weight.shape[0]), dtype=dtype) for weight in weights]
@@ -58,9 +74,18 @@ def affine_maps_backward(
     Per block of rows, ``D = [d_y_1 | ... | d_y_M] (B, sum out_i)``: ``d_x = D [W_1; ...;
     W_M]`` (B1 of F1) and ``D^T [x | 1] = [d_W | d_b]`` (B1, and B2 of F2: the adjoint of
     broadcasting over rows is the sum over rows), the latter summed over the blocks in
-    block order. ``N = 0`` gives zero gradients.
+    block order. ``N = 0`` gives zero gradients. A sparse ``x``: ``d_W_i =``
+    :func:`weight_gradient`, over its stored values; ``d_x`` is dense (the gradient for
+    every entry, stored or not).
     """
     xp = get_array_module(x, *d_ys)
+    if is_sparse(x):
+        d_y = d_ys[0] if len(d_ys) == 1 else xp.concatenate(d_ys, axis=1)  # (N, sum)
+        stacked = weights[0] if len(weights) == 1 else xp.concatenate(weights)  # (sum, in)
+        d_x = d_y @ stacked if input_grad else None
+        d_weights = [weight_gradient(d, x) for d in d_ys]
+        d_biases = [d.sum(axis=0) for d in d_ys] if bias else None
+        return d_x, d_weights, d_biases
     n, width = x.shape
     sizes = [weight.shape[0] for weight in weights]
     stacked_weight = weights[0] if len(weights) == 1 else xp.concatenate(weights)  # (sum, in)
@@ -84,6 +109,15 @@ def affine_maps_backward(
     d_weights = [xp.ascontiguousarray(piece[:, :width]) for piece in pieces]
     d_biases = [xp.ascontiguousarray(piece[:, width]) for piece in pieces] if bias else None
     return d_x, d_weights, d_biases
+
+
+def weight_gradient(d_y: Any, x: Any) -> Any:
+    """``d_y^T x``: ``(N, out)``, ``(N, in)`` -> ``(out, in)``, C-contiguous; for a sparse
+    ``x`` (CSR) computed as ``(x^T d_y)^T``, a pass over its stored values only."""
+    xp = get_array_module(d_y)
+    if is_sparse(x):
+        return xp.ascontiguousarray((x.T @ d_y).T)
+    return d_y.T @ x
 
 
 def with_ones(values: Any) -> Any:
@@ -160,7 +194,7 @@ class Linear:
 
     def forward(self, params: dict[str, Any], x: Any) -> tuple[Any, LinearCache]:
         """``y = x W^T + b``: x (N, in) -> y (N, out), and the cache."""
-        check_block_inputs(params, self.param_shapes(), "Linear", x, self.in_features)
+        check_block_inputs(params, self.param_shapes(), "Linear", x, self.in_features, sparse=True)
         # F1 the linear map (N, in) @ (in, out) -> (N, out), F2 the bias broadcast over rows
         biases = [params["b"]] if self.bias else None
         return affine_maps(x, [params["W"]], biases)[0], LinearCache(x)

@@ -29,12 +29,14 @@ def _device(array: Any, name: str) -> np.ndarray:
 
 
 class csr_matrix:  # lower case: the name of the class it stands in for
-    """``csr_matrix((data, indices, indptr), shape=(R, C))`` over strict arrays."""
+    """``csr_matrix((data, indices, indptr), shape=(R, C))`` over strict arrays (its
+    transpose is the same stand-in over SciPy's CSC)."""
 
-    format = "csr"
+    format = property(lambda self: self._matrix.format)  # "csc" for a transpose
+    ndim = 2
 
     def __init__(self, arg: Any, shape: tuple[int, int] | None = None, copy: bool = False) -> None:
-        if isinstance(arg, sp.csr_matrix):  # internal: the result of an operation
+        if sp.issparse(arg):  # internal: the result of an operation (a transpose is CSC)
             self._matrix = arg
             return
         data, indices, indptr = arg
@@ -54,6 +56,14 @@ class csr_matrix:  # lower case: the name of the class it stands in for
     data = property(lambda self: StrictArray(self._matrix.data))
     indices = property(lambda self: StrictArray(self._matrix.indices))
     indptr = property(lambda self: StrictArray(self._matrix.indptr))
+
+    T = property(lambda self: csr_matrix(self._matrix.T))
+
+    def tocsr(self) -> csr_matrix:
+        return csr_matrix(self._matrix.tocsr())
+
+    def astype(self, dtype: Any) -> csr_matrix:
+        return csr_matrix(self._matrix.astype(dtype))
 
     def sort_indices(self) -> None:
         self._matrix.sort_indices()

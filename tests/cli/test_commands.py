@@ -36,6 +36,22 @@ def test_demo_runs_under_a_device_backend(capsys: pytest.CaptureFixture) -> None
     assert "backend strict" in capsys.readouterr().out
 
 
+def test_train_with_sparse_features_logs_the_dense_curve(tmp_path: Path) -> None:
+    logs = []
+    for flags in ([], ["--sparse-features"]):
+        out = tmp_path / ("sparse" if flags else "dense")
+        assert main(["train", *FAST, "--dtype", "float64", "--out", str(out), *flags]) == 0
+        lines = (out / "log.jsonl").read_text().splitlines()
+        logs.append([json.loads(line)["train_loss"] for line in lines])
+    assert logs[1] == pytest.approx(logs[0], rel=1e-12)
+
+
+def test_sparse_features_are_for_gat(capsys: pytest.CaptureFixture) -> None:
+    assert main(["train", *FAST, "--model", "nodeformer", "--sparse-features"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["refimpl train: error: --sparse-features is for --model gat, not nodeformer"]
+
+
 def test_train_several_seeds_writes_the_run(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["train", *FAST, "--seeds", "0", "1", "--out", str(tmp_path)]) == 0
     summary = json.loads((tmp_path / "summary.json").read_text())

@@ -115,6 +115,15 @@ def test_normalize_features() -> None:
     np.testing.assert_allclose(ds.x, raw.x / np.where(zero, 1, raw.x.sum(1))[:, None])
 
 
+def test_sparse_features_hold_the_dense_values() -> None:
+    dense = cached("cora", normalize=True)
+    sparse = load_planetoid(data_root(), "cora", normalize_features=True, sparse_features=True)
+    assert sp.issparse(sparse.x) and sparse.x.format == "csr"
+    np.testing.assert_array_equal(sparse.x.toarray(), dense.x)
+    assert sparse.x.nnz == np.count_nonzero(dense.x)  # Cora: 49216 of 3.9e6 entries (1.3%)
+    np.testing.assert_array_equal(sparse.y, dense.y)
+
+
 def test_pubmed_graph_labels_split_without_allx() -> None:
     # These do not depend on allx, which the shared copy lacks.
     folder = planetoid_dir()

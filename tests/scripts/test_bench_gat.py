@@ -27,7 +27,7 @@ def bench(monkeypatch):
 def test_rounds_alternate_and_the_ratio_is_the_median_per_round(bench, tmp_path) -> None:
     calls, times = [], {"ours": iter([10, 30, 20]), "pyg": iter([20, 20, 80])}
 
-    def child(which, config, steps, threads):
+    def child(which, config, args):
         calls.append(which)
         return {"ms": next(times[which]), "peak_mb": 1.0, "data": "stand-in"}
 
@@ -45,7 +45,7 @@ def test_rounds_alternate_and_the_ratio_is_the_median_per_round(bench, tmp_path)
 def test_without_pyg_only_ours_runs_after_the_first_try(bench, tmp_path) -> None:
     calls = []
 
-    def child(which, config, steps, threads):
+    def child(which, config, args):
         calls.append(which)
         return None if which == "pyg" else {"ms": 5.0, "peak_mb": 1.0, "data": "stand-in"}
 

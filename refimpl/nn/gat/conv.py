@@ -72,6 +72,7 @@ from refimpl.nn.gat import v1, v2
 from refimpl.nn.gat.config import check_config
 from refimpl.nn.gat.transform import input_sides, transform, transform_backward
 from refimpl.ops.dropout import Dropout
+from refimpl.ops.linear import weight_gradient
 from refimpl.ops.loop_fill import (
     LoopFillCache,
     fill_self_loops,
@@ -324,7 +325,7 @@ class GATConv:
             d_params["bias"] = d_out.sum(axis=0)
         # B8' (of F8') residual: W_res's gradient here, x's at B1
         if self.residual:
-            d_params["W_res"] = d_out.T @ x_dst
+            d_params["W_res"] = weight_gradient(d_out, x_dst)  # d_out^T x_dst
         # B8 (of F8) heads: reshape back, or share the mean's gradient equally
         if self.concat:
             d_aggregated = d_out.reshape(num_nodes, heads, channels)
@@ -388,15 +389,19 @@ class GATConv:
             check_bipartite_inputs(x, graph, "GATConv")
             if self.lipschitz_norm is not None:
                 raise ValueError("LipschitzNorm is defined on one node set: pass one x")
-            check_block_inputs(params, self.param_shapes(), "GATConv", x[0], f_src, "x_src")
-            check_block_inputs(params, self.param_shapes(), "GATConv", x[1], f_dst, "x_dst")
+            check_block_inputs(
+                params, self.param_shapes(), "GATConv", x[0], f_src, "x_src", sparse=True
+            )
+            check_block_inputs(
+                params, self.param_shapes(), "GATConv", x[1], f_dst, "x_dst", sparse=True
+            )
         else:
             if f_src != f_dst:
                 raise ValueError(
                     f"this GATConv has in_channels={self.in_channels}: pass x as a pair "
                     "(x_src, x_dst) with a bipartite Graph"
                 )
-            check_block_inputs(params, self.param_shapes(), "GATConv", x, f_src)
+            check_block_inputs(params, self.param_shapes(), "GATConv", x, f_src, sparse=True)
             check_graph_rows(x, graph)
         x_src = x[0] if isinstance(x, tuple) else x
         check_optional_input(

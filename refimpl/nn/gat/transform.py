@@ -14,7 +14,9 @@ v2                                 ``W_s x + b_s`` (lin_l)  ``W_t x + b_t`` (lin
 
 (``b_s``, ``b_t`` with ``projection_bias``.) The input is one array ``x (N, F)``, which both
 sides read, or a pair ``(x_src (N_src, F_src), x_dst (N_dst, F_dst))`` on a bipartite graph
-(PyG's ``x = (x_src, x_dst)``): the sources read ``x_src``, the targets ``x_dst``.
+(PyG's ``x = (x_src, x_dst)``): the sources read ``x_src``, the targets ``x_dst``. Either
+may be a sparse CSR matrix (sparse input features): ``W x`` and ``d_h^T x`` then run over
+its stored values.
 
     F1  h_src = x_src W_src^T (+ b_src),  h_dst = x_dst W_dst^T (+ b_dst)      (N, H, C)
     B1  d W_side = d_h_side^T x_side,  d b_side = sum over nodes of d_h_side,
@@ -27,6 +29,8 @@ the score's backward returns both ends' gradients in ``d_h_src`` (``d_h_dst`` No
 from __future__ import annotations
 
 from typing import Any
+
+from refimpl.ops.linear import weight_gradient
 
 __all__ = ["input_sides", "side_maps", "transform", "transform_backward"]
 
@@ -84,7 +88,7 @@ def transform_backward(
     if d_h_dst is not None:
         sides.append((target, x_dst, d_h_dst))
     for (weight, bias), x_side, d_h in sides:
-        _accumulate(d_params, weight, d_h.T @ x_side)
+        _accumulate(d_params, weight, weight_gradient(d_h, x_side))  # d_h^T x, x maybe sparse
         if bias is not None:
             _accumulate(d_params, bias, d_h.sum(axis=0))
     if not input_grad:
