@@ -4,6 +4,7 @@ step drawing the projection as the layer does."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import importlib.util
 import time
@@ -69,19 +70,21 @@ def test_bench_gat_child_is_none_only_for_a_missing_pyg(monkeypatch) -> None:
     failed = bench.ChildFailed
     stderr = "ModuleNotFoundError: No module named 'torch_geometric'"
 
+    options = argparse.Namespace(steps=4, threads=2, features="sparse")
+
     def missing(module, function, args, threads, what):
         assert (module, function, args, threads) == ("bench_gat", "run_pyg", ("a", 4), 2)
         raise failed(what, stderr)
 
     monkeypatch.setattr(bench, "run_child", missing)
-    assert bench._child("pyg", "a", 4, 2) is None
+    assert bench._child("pyg", "a", options) is None
 
     def broken(module, function, args, threads, what):
         raise failed(what, stderr)
 
     monkeypatch.setattr(bench, "run_child", broken)
     with pytest.raises(RuntimeError, match="ours a failed"):
-        bench._child("ours", "a", 4, 2)  # our side missing a module is an error
+        bench._child("ours", "a", options)  # our side missing a module is an error
 
 
 def test_bench_gpu_nodeformer_draws_the_projection_as_the_layer_does(monkeypatch) -> None:
