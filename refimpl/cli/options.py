@@ -89,7 +89,9 @@ def add_data_options(parser: argparse.ArgumentParser) -> None:
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("model")
-    group.add_argument("--model", choices=["gat", "nodeformer"], default="gat")
+    group.add_argument(
+        "--model", choices=["gat", "nodeformer"], default="gat", help="the model to train"
+    )
     group.add_argument(
         "--hidden",
         type=positive_int,
@@ -104,16 +106,30 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
         help="heads: one number for every layer, or one per layer (GAT only); "
         "default 1 (GAT), 4 (NodeFormer)",
     )
-    group.add_argument("--version", choices=["v1", "v2"], default="v2")
+    group.add_argument(
+        "--version",
+        choices=["v1", "v2"],
+        default="v2",
+        help="GAT attention: v2 (GATv2, GAT-balance Def. 2.1, whose experiments this CLI "
+        "reproduces) or v1 (the original GAT, which GATConv, like PyG's, takes unless told)",
+    )
     group.add_argument(
         "--share-weights",
         action=argparse.BooleanOptionalAction,
         default=True,
         help="v2: W_t = W_s (default on)",
     )
-    group.add_argument("--bias", action=argparse.BooleanOptionalAction, default=False)
     group.add_argument(
-        "--activation", choices=["relu", "leaky_relu", "elu", "identity"], default="relu"
+        "--bias",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="GAT: a bias per layer (default off: GAT-balance Def. 2.1 has none)",
+    )
+    group.add_argument(
+        "--activation",
+        choices=["relu", "leaky_relu", "elu", "identity"],
+        default="relu",
+        help="GAT: phi between layers",
     )
     group.add_argument("--dropout", type=fraction, default=0.0, help="input dropout of every layer")
     group.add_argument("--attn-dropout", type=fraction, default=0.0, help="attention dropout")
@@ -150,16 +166,40 @@ def add_nodeformer_options(parser: argparse.ArgumentParser) -> None:
         "--gumbel", action=argparse.BooleanOptionalAction, default=True, help="Eq. 7 (else Eq. 5)"
     )
     group.add_argument(
-        "--relational-bias", choices=["sigmoid", "identity", "none"], default="sigmoid"
+        "--relational-bias",
+        choices=["sigmoid", "identity", "none"],
+        default="sigmoid",
+        help="f of Eq. 8's gate f(b) A V, or none",
     )
     group.add_argument("--rb-order", type=positive_int, default=2, help="r of the relational bias")
-    group.add_argument("--rb-powers", choices=["paper", "authors"], default="paper")
-    group.add_argument("--qk-scale", choices=["paper", "sqrt_d"], default="paper")
+    group.add_argument(
+        "--rb-powers",
+        choices=["paper", "authors"],
+        default="paper",
+        help="orders j >= 2: powers of A_hat (paper) or the code's A^(2^(j-1)) pattern",
+    )
+    group.add_argument(
+        "--qk-scale",
+        choices=["paper", "sqrt_d"],
+        default="paper",
+        help="queries and keys as printed (paper) or scaled by C^(-1/4) (the code)",
+    )
     group.add_argument(
         "--edge-loss-weight", type=non_negative_float, default=1.0, help="lambda of Sec. 3.4"
     )
-    group.add_argument("--edge-loss-convention", choices=["paper", "authors"], default="paper")
-    group.add_argument("--layer-norm", action=argparse.BooleanOptionalAction, default=True)
+    group.add_argument(
+        "--edge-loss-convention",
+        choices=["paper", "authors"],
+        default="paper",
+        help="Eq. 10 with Eq. 12's pi and 1/N (paper), or the code's: tau in pi, the mean "
+        "over the edges (authors)",
+    )
+    group.add_argument(
+        "--layer-norm",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="LayerNorm after every conv and its skip (the code's use_bn)",
+    )
     group.add_argument(
         "--conv-activation",
         action=argparse.BooleanOptionalAction,
@@ -170,9 +210,16 @@ def add_nodeformer_options(parser: argparse.ArgumentParser) -> None:
 
 def add_training_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("training")
-    group.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
-    group.add_argument("--lr", type=positive_float, default=0.005)
-    group.add_argument("--weight-decay", type=non_negative_float, default=0.0)
+    group.add_argument(
+        "--optimizer", choices=["adam", "sgd"], default="adam", help="PyTorch's semantics"
+    )
+    group.add_argument("--lr", type=positive_float, default=0.005, help="learning rate")
+    group.add_argument(
+        "--weight-decay",
+        type=non_negative_float,
+        default=0.0,
+        help="L2 penalty added to the gradient, as torch.optim's weight_decay",
+    )
     group.add_argument(
         "--epochs", type=positive_int, default=200, help="a resumed run may be given more"
     )

@@ -18,7 +18,7 @@ from refimpl.cli.options import (
     train_config,
 )
 from refimpl.cli.runs import add_run_folder_options, open_cli_run
-from refimpl.cli.types import non_negative_int, positive_int
+from refimpl.cli.types import DefaultsHelpFormatter, non_negative_int, positive_int
 from refimpl.files import atomic_write
 from refimpl.init import INITIALISERS
 from refimpl.train import TrainingDiverged, run_seeds
@@ -30,6 +30,7 @@ __all__ = ["add_parser", "format_table", "run"]
 def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "sweep",
+        formatter_class=DefaultsHelpFormatter,
         help="grid over depths x inits x seeds x datasets; prints the papers' table layout",
     )
     parser.add_argument("--datasets", nargs="+", default=["csbm"])

@@ -17,7 +17,7 @@ from refimpl.cli.options import (
     train_config,
 )
 from refimpl.cli.runs import add_run_folder_options, open_cli_run, stored_options
-from refimpl.cli.types import non_negative_int, positive_int
+from refimpl.cli.types import DefaultsHelpFormatter, non_negative_int, positive_int
 from refimpl.train import TrainingDiverged, format_summary, run_seeds
 
 __all__ = ["add_parser", "run"]
@@ -26,6 +26,7 @@ __all__ = ["add_parser", "run"]
 def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "train",
+        formatter_class=DefaultsHelpFormatter,
         help="train a GAT or a NodeFormer (default: a synthetic graph, under a minute)",
         description="Full-batch training with model selection at the best validation "
         "accuracy; writes run.json, log.jsonl, final.npz and summary.json to --out. "
@@ -35,9 +36,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--dataset",
         default="csbm",
-        help="cora, citeseer, pubmed, a Geom-GCN set, karate or csbm (default)",
+        help="cora, citeseer, pubmed (Planetoid); chameleon, squirrel (and their _filtered "
+        "versions), actor (or film), cornell, texas, wisconsin (Geom-GCN); trees (the TREES "
+        "task); karate, csbm (synthetic)",
     )
-    parser.add_argument("--layers", type=positive_int, default=2)
+    parser.add_argument("--layers", type=positive_int, default=2, help="GAT or NodeFormer layers")
     parser.add_argument(
         "--seeds",
         type=non_negative_int,

@@ -8,6 +8,7 @@ import math
 from collections.abc import Callable
 
 __all__ = [
+    "DefaultsHelpFormatter",
     "finite_float",
     "fraction",
     "non_negative_float",
@@ -46,3 +47,27 @@ non_negative_float = _checked(float, lambda v: v >= 0, "a finite number >= 0")
 fraction = _checked(float, lambda v: 0 <= v < 1, "a number in [0, 1)")
 positive_int = _checked(int, lambda v: v >= 1, "an integer >= 1")
 non_negative_int = _checked(int, lambda v: v >= 0, "an integer >= 0")
+
+
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """Help that shows every default: ``(default: X)`` after an option's help unless the
+    text already says its default or there is none to show (None, an off switch)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" in text.lower()
+            or default is None
+            or default is False
+            or default is argparse.SUPPRESS
+            or not action.option_strings
+        ):
+            return text
+        if default is True:
+            shown = "on"
+        elif isinstance(default, list):
+            shown = " ".join(map(str, default))
+        else:
+            shown = str(default)
+        return f"{text} (default: {shown})".lstrip()

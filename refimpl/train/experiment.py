@@ -133,10 +133,13 @@ def finished_run(run_dir: Path, config: TrainConfig) -> RunResult | None:
 
 def format_summary(summary: dict[str, Any]) -> str:
     """The per-seed table and the mean +- 95% CI line."""
-    lines = [f"{'seed':>6} {'best epoch':>10} {'val acc':>8} {'test acc':>8} {'epochs':>7}"]
+    # "epochs to best" counts epochs, as the summary line does: the best validation came
+    # after best_epoch + 1 epochs (best_epoch is log.jsonl's 0-based "epoch" index)
+    header = f"{'seed':>6} {'epochs to best':>14} {'val acc':>8} {'test acc':>8} {'epochs':>7}"
+    lines = [header]
     for run in summary["runs"]:
         lines.append(
-            f"{run['seed']:>6} {run['best_epoch']:>10} {run['val_acc']:>8.4f} "
+            f"{run['seed']:>6} {run['best_epoch'] + 1:>14} {run['val_acc']:>8.4f} "
             f"{run['test_acc']:>8.4f} {run['epochs_run']:>7}"
         )
     ci = summary["test_acc_ci95"]

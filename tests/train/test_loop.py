@@ -233,6 +233,18 @@ def test_confidence_interval_is_student_t() -> None:
     assert summarize(results[:1])["test_acc_ci95"] is None
 
 
+# The table said "best epoch 113" (the 0-based index) while the line under it said "mean
+# epochs to best 114.0" (a count) for the same run.
+def test_the_table_and_its_summary_line_count_epochs_alike() -> None:
+    from refimpl.train import RunResult
+    from refimpl.train.experiment import format_summary
+
+    text = format_summary(summarize([RunResult(0, 113, 0.5, 0.8, 200, 0.1, {})]))
+    header, row, line = text.splitlines()
+    assert "epochs to best" in header and row.split()[:2] == ["0", "114"]
+    assert line.endswith("mean epochs to best 114.0")
+
+
 def test_training_on_the_strict_backend_matches_numpy(dataset: object) -> None:
     # The whole step (model, loss, optimiser, metrics) runs without a stray NumPy call, and
     # gives the numbers of the NumPy run up to summation order.
