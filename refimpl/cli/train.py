@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 from refimpl.cli.options import (
     add_data_options,
@@ -56,6 +57,17 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
+def _print_seed(result: Any, earlier: bool) -> None:
+    """One line per seed as it ends, so a long multi-seed run shows its progress."""
+    when = " (finished earlier)" if earlier else ""
+    print(
+        f"seed {result.seed}: best validation {result.val_acc:.4f} after "
+        f"{result.best_epoch + 1} epochs, test there {result.test_acc:.4f}; "
+        f"{result.epochs_run} epochs run{when}",
+        flush=True,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     out = open_cli_run(args, "train", default_out("train"))
@@ -79,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
             backend=args.backend,
             resume=args.resume is not None,
             extra=stored_options(args),
+            report=_print_seed,
         )
     except TrainingDiverged as err:
         print(f"training diverged: {err}")

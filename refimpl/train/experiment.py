@@ -61,8 +61,12 @@ def run_seeds(
     backend: str | None = None,
     resume: bool = False,
     extra: dict[str, Any] | None = None,
+    report: Callable[[RunResult, bool], None] | None = None,
 ) -> dict[str, Any]:
     """Train once per seed and summarise; with several seeds each gets ``seed{k}/`` in ``out_dir``.
+
+    ``report(result, earlier)``, if given, is called as each seed's run ends (``earlier``:
+    it had finished before and was read back), so a caller can show it at once.
 
     ``dataset``: a ``NodeDataset``, or a function ``seed -> NodeDataset`` (a split per seed).
 
@@ -84,21 +88,22 @@ def run_seeds(
         run_dir = None if out is None else (out if len(seeds) == 1 else out / f"seed{seed}")
         run_config = TrainConfig(**{**config.__dict__, "seed": seed})
         finished = finished_run(run_dir, run_config) if resume else None
-        if finished is not None:
-            results.append(finished)
-            continue
-        checkpoint = None if run_dir is None else run_dir / "checkpoint.npz"
-        results.append(
-            train_model(
+        if finished is None:
+            checkpoint = None if run_dir is None else run_dir / "checkpoint.npz"
+            result = train_model(
                 build_model(),
                 dataset(seed) if callable(dataset) else dataset,
                 run_config,
                 out_dir=run_dir,
                 resume=checkpoint if resume and checkpoint.is_file() else None,
-                progress=progress,
+                progress=f"seed {seed}" if progress else False,
                 backend=backend,
             )
-        )
+        else:
+            result = finished
+        results.append(result)
+        if report is not None:
+            report(result, finished is not None)
     summary = summarize(results)
     if extra is not None:
         summary["config"] = extra

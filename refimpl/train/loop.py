@@ -121,7 +121,7 @@ def train_model(
     *,
     out_dir: str | Path | None = None,
     resume: str | Path | None = None,
-    progress: bool = False,
+    progress: bool | str = False,
     backend: str | None = None,
 ) -> RunResult:
     """Train ``model`` on ``dataset`` (a ``refimpl.data.NodeDataset``); see the module docstring.
@@ -133,7 +133,7 @@ def train_model(
     validation epoch) and ``changes.json``: per layer, the fraction of parameters
     whose change exceeds 0, 0.05 and 0.5 (``refimpl.diagnostics.fraction_changed``).
     ``resume`` continues from such a checkpoint. The dtype of ``dataset.x`` sets the
-    training precision.
+    training precision. ``progress``: a tqdm bar per epoch; a string labels it ("seed 3").
     """
     x = asarray(dataset.x, backend=backend)
     y = asarray(dataset.y, backend=backend)
@@ -178,7 +178,10 @@ def train_model(
     if progress:
         from tqdm import tqdm
 
-        epochs = tqdm(epochs, initial=start, total=config.epochs, unit="epoch", leave=False)
+        label = progress if isinstance(progress, str) else None  # "seed 3"
+        epochs = tqdm(
+            epochs, initial=start, total=config.epochs, unit="epoch", leave=False, desc=label
+        )
 
     def metric(logits: Any, split: str) -> float:
         if split in empty:

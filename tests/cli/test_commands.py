@@ -63,6 +63,23 @@ def test_train_several_seeds_writes_the_run(tmp_path: Path, capsys: pytest.Captu
     assert "test accuracy at best validation" in capsys.readouterr().out
 
 
+def test_train_prints_a_line_per_seed_as_it_ends(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    args = ["train", *FAST, "--seeds", "3", "1", "--out", str(tmp_path)]
+    assert main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    seeds = [line for line in lines if line.startswith("seed ")]
+    assert [line.split(":")[0] for line in seeds] == ["seed 3", "seed 1"]
+    assert lines.index(seeds[-1]) < next(i for i, s in enumerate(lines) if "test accuracy" in s)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    run = summary["runs"][0]
+    assert f"after {run['best_epoch'] + 1} epochs, test there {run['test_acc']:.4f}" in seeds[0]
+    assert main(["train", "--resume", str(tmp_path), "--no-progress"]) == 0
+    again = [line for line in capsys.readouterr().out.splitlines() if line.startswith("seed ")]
+    assert all(line.endswith("(finished earlier)") for line in again) and len(again) == 2
+
+
 def test_train_resume_through_the_command_line(tmp_path: Path) -> None:
     # The same run twice: once straight through, once stopped at epoch 4 and resumed.
     args = ["train", "--no-progress", "--hidden", "4", "--dtype", "float64", "--dropout", "0.2"]

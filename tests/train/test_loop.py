@@ -370,3 +370,8 @@ def test_log_is_strict_json_with_null_for_nan(tmp_path: Path) -> None:
     lines = (tmp_path / "log.jsonl").read_text().splitlines()
     records = [json.loads(line, parse_constant=refuse) for line in lines]
     assert [(r["val_acc"], r["test_acc"]) for r in records] == [(None, None)] * 2
+
+
+def test_the_progress_bar_names_its_seed(dataset: object, capsys: pytest.CaptureFixture) -> None:
+    run_seeds(lambda: small_model(dataset), dataset, TrainConfig(epochs=2), [7], progress=True)
+    assert "seed 7" in capsys.readouterr().err
