@@ -18,7 +18,9 @@ whole graph):
     6. model selection: the epoch with the best validation accuracy (the first,
        on ties) and its test accuracy, as both papers report; a dataset without
        validation nodes (TREES with ``train_fraction=1``) selects the last epoch
-    7. one JSON line in ``log.jsonl``; a checkpoint every ``checkpoint_every``
+    7. one JSON line in ``log.jsonl`` (``train_loss`` is step 2's sum; a model with an
+       auxiliary loss also logs ``supervised_loss`` and ``auxiliary_loss`` apart); a
+       checkpoint every ``checkpoint_every``
     8. stop early once the training loss is below ``loss_threshold``
        (GAT-balance's protocol stops at 1e-4)
 
@@ -199,7 +201,7 @@ def train_model(
     x_backend = backend_name(get_array_module(x))
     for epoch in epochs:
         batches = [None] if config.batch_size is None else _batches(x, config, dropout_rng)
-        weighted_loss, weight = 0.0, 0
+        weighted_loss, weighted_auxiliary, weight = 0.0, 0.0, 0
         for batch in batches:
             if batch is None:  # full batch
                 data = (x, y, masks["train"], graph)
@@ -215,12 +217,24 @@ def train_model(
             logits, cache = reused
             reused = None
             # 3 backward, 4 optimiser step
-            step_loss, grads = _gradients(model, params, cache, logits, data, loss_block, epoch)
+            step_loss, auxiliary, grads = _gradients(
+                model, params, cache, logits, data, loss_block, epoch
+            )
             count = int(data[2].sum())
             weighted_loss, weight = weighted_loss + step_loss * count, weight + count
+            weighted_auxiliary += auxiliary * count
             step_params, step_grads = params, grads  # the epoch's last step is logged
             params, opt_state = checked_step(optimizer, params, grads, opt_state, epoch)
         train_loss = weighted_loss / weight
+        # the model's auxiliary loss (NodeFormer's lambda L_e) is part of train_loss; it is
+        # also logged apart, with the supervised part, so the two can be told apart
+        auxiliary_record = {}
+        if getattr(model, "auxiliary_loss", None) is not None:
+            auxiliary = weighted_auxiliary / weight
+            auxiliary_record = {
+                "supervised_loss": train_loss - auxiliary,
+                "auxiliary_loss": auxiliary,
+            }
         norms = relative_grad_norms(step_params, step_grads)
         absolute_norms = grad_norms(step_params, step_grads)
         # GAT-balance diagnostics of the parameters the gradient was taken at
@@ -237,6 +251,7 @@ def train_model(
         record = {
             "epoch": epoch,
             "train_loss": train_loss,
+            **auxiliary_record,
             "train_acc": accs["train"],
             "val_acc": accs["val"],
             "test_acc": accs["test"],
@@ -297,10 +312,11 @@ def _batches(x: Any, config: TrainConfig, rng: np.random.Generator) -> list[np.n
 
 def _gradients(
     model: Any, params: dict, cache: Any, logits: Any, data: tuple, loss_block: Any, epoch: int
-) -> tuple[float, dict]:
-    """The training loss (supervised plus the model's auxiliary loss, if any) and the gradients
-    of every parameter, or :class:`TrainingDiverged` naming the first non-finite one or a loss
-    grown past :mod:`refimpl.train.guards`' rule."""
+) -> tuple[float, float, dict]:
+    """The training loss (supervised plus the model's auxiliary loss, if any), the auxiliary
+    loss alone (0 without one) and the gradients of every parameter, or
+    :class:`TrainingDiverged` naming the first non-finite one or a loss grown past
+    :mod:`refimpl.train.guards`' rule."""
     _, y, train_mask, _ = data
     if not all_finite(logits):
         last = getattr(model, "num_layers", 1) - 1
@@ -308,13 +324,14 @@ def _gradients(
             f"epoch {epoch}: the logits (output of layer{last}) became non-finite"
         )
     loss, loss_cache = loss_block.forward({}, logits, y, train_mask)
-    auxiliary = getattr(model, "auxiliary_loss", None)
-    train_loss = float(loss) + (auxiliary(cache) if auxiliary is not None else 0.0)
+    auxiliary_loss = getattr(model, "auxiliary_loss", None)
+    auxiliary = auxiliary_loss(cache) if auxiliary_loss is not None else 0.0
+    train_loss = float(loss) + auxiliary
     d_logits, _ = loss_block.backward({}, loss_cache, 1.0)
     grads = checked_backward(model, params, cache, d_logits, epoch)
     zero_output = loss_of_zero_output(loss_block, logits, y, train_mask)
     check_gradients(train_loss, grads, epoch, zero_output)
-    return train_loss, grads
+    return train_loss, auxiliary, grads
 
 
 def _balance_record(params: dict, grads: dict) -> dict[str, Any]:

@@ -80,6 +80,20 @@ def test_train_prints_a_line_per_seed_as_it_ends(
     assert all(line.endswith("(finished earlier)") for line in again) and len(again) == 2
 
 
+def test_nodeformer_logs_its_loss_terms_apart(tmp_path: Path) -> None:
+    """NodeFormer's training loss holds lambda L_e; the log shows the two parts (the total
+    alone hid the edge loss)."""
+    assert main(["train", *FAST, "--model", "nodeformer", "--out", str(tmp_path)]) == 0
+    records = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    for record in records:
+        parts = record["supervised_loss"] + record["auxiliary_loss"]
+        assert parts == pytest.approx(record["train_loss"], rel=1e-12)
+        assert record["auxiliary_loss"] > 0  # lambda = 1: the edge loss is there
+    assert main(["train", *FAST, "--out", str(tmp_path / "gat")]) == 0
+    gat = json.loads((tmp_path / "gat" / "log.jsonl").read_text().splitlines()[0])
+    assert "auxiliary_loss" not in gat and "supervised_loss" not in gat
+
+
 def test_train_resume_through_the_command_line(tmp_path: Path) -> None:
     # The same run twice: once straight through, once stopped at epoch 4 and resumed.
     args = ["train", "--no-progress", "--hidden", "4", "--dtype", "float64", "--dropout", "0.2"]
