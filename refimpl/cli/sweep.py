@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import time
 from typing import Any
 
 from refimpl.cli.options import (
@@ -69,6 +70,31 @@ def format_table(cells: list[dict[str, Any]], depths: list[int]) -> str:
     return "\n".join(lines)
 
 
+class _Progress:
+    """One line per finished grid cell: its place, result, time, and the time left at the
+    mean pace of the cells so far."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.done, self.started = total, 0, time.perf_counter()
+        self.last = self.started
+
+    def line(self, label: str, cell: dict[str, Any]) -> str:
+        now = time.perf_counter()
+        took, self.last = now - self.last, now
+        self.done += 1
+        left = (now - self.started) / self.done * (self.total - self.done)
+        if cell["diverged"]:
+            result = "diverged"
+        else:
+            result = f"test {100 * cell['test_acc_mean']:.1f}%"
+        eta = f"about {_duration(left)} left" if self.done < self.total else "the last"
+        return f"[{self.done}/{self.total}] {label}: {result} ({_duration(took)}; {eta})"
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
 def run(args: argparse.Namespace) -> int:
     for flag, values in (
         ("--datasets", args.datasets),
@@ -80,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"{flag} must be distinct, got {' '.join(map(str, values))}")
     out = open_cli_run(args, "sweep", default_out("sweep"))
     cells = []
+    progress = _Progress(len(args.datasets) * len(args.inits) * len(args.depths))
     for name in args.datasets:
         dataset = load_data(name, args)
         print(f"data   {dataset.summary()}")
@@ -113,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
                     cell["diverged"] = True
                     print(f"  {name} {init} L={depth}: diverged ({err})")
                 cells.append(cell)
-                print(f"  done {name} {init} L={depth}")
+                print(f"  {progress.line(f'{name} {init} L={depth}', cell)}", flush=True)
     table = format_table(cells, args.depths)
     print(table)
     write_json(out / "sweep.json", cells)

@@ -141,6 +141,13 @@ def test_sweep_prints_the_table(tmp_path: Path, capsys: pytest.CaptureFixture) -
     cells = json.loads((tmp_path / "sweep.json").read_text())
     assert [(c["depth"], c["diverged"]) for c in cells] == [(1, False), (2, False)]
     assert (tmp_path / "csbm" / "xavier" / "L2" / "seed1" / "final.npz").is_file()
+    # one line per finished cell: its place in the grid, its result, its time, the time left
+    progress = [line.strip() for line in out.splitlines() if line.strip().startswith("[")]
+    first = rf"\[1/2\] csbm xavier L=1: test {100 * cells[0]['test_acc_mean']:.1f}% "
+    assert re.fullmatch(first + r"\(\d+\.\d s; about \d+\.\d s left\)", progress[0])
+    assert re.fullmatch(
+        r"\[2/2\] csbm xavier L=2: test \d+\.\d% \(\d+\.\d s; the last\)", progress[1]
+    )
 
 
 @pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None, reason="no matplotlib")
