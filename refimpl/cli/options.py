@@ -87,10 +87,15 @@ def add_data_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_model_options(parser: argparse.ArgumentParser) -> None:
+def add_model_options(parser: argparse.ArgumentParser, graph_level: bool = False) -> None:
     group = parser.add_argument_group("model")
+    models = ["gat", "nodeformer", "graph_transformer"] if graph_level else ["gat", "nodeformer"]
     group.add_argument(
-        "--model", choices=["gat", "nodeformer"], default="gat", help="the model to train"
+        "--model",
+        choices=models,
+        default="gat",
+        help="the model to train"
+        + ("; graph_transformer: graph-level, on graphs (below)" if graph_level else ""),
     )
     group.add_argument(
         "--hidden",

@@ -6,6 +6,7 @@ import argparse
 import time
 from typing import Any
 
+from refimpl.cli.graph_train import add_graph_options, run_graph
 from refimpl.cli.options import (
     add_data_options,
     add_model_options,
@@ -28,7 +29,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "train",
         formatter_class=DefaultsHelpFormatter,
-        help="train a GAT or a NodeFormer (default: a synthetic graph, under a minute)",
+        help="train a GAT, a NodeFormer or a graph transformer (default: a synthetic graph, "
+        "under a minute)",
         description="Full-batch training with model selection at the best validation "
         "accuracy; writes run.json, log.jsonl, final.npz and summary.json to --out. "
         "An existing run is never replaced unless --overwrite is given; --resume RUN "
@@ -41,7 +43,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "versions), actor (or film), cornell, texas, wisconsin (Geom-GCN); trees (the TREES "
         "task); karate, csbm (synthetic)",
     )
-    parser.add_argument("--layers", type=positive_int, default=2, help="GAT or NodeFormer layers")
+    parser.add_argument("--layers", type=positive_int, default=2, help="the model's layers")
     parser.add_argument(
         "--seeds",
         type=non_negative_int,
@@ -51,8 +53,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     add_run_folder_options(parser, "runs/train-<time>")
     add_data_options(parser)
-    add_model_options(parser)
+    add_model_options(parser, graph_level=True)
     add_nodeformer_options(parser)
+    add_graph_options(parser)
     add_training_options(parser)
     parser.set_defaults(run=run)
 
@@ -71,6 +74,10 @@ def _print_seed(result: Any, earlier: bool) -> None:
 def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     out = open_cli_run(args, "train", default_out("train"))
+    if args.model == "graph_transformer":
+        code = run_graph(args, out)
+        print(f"wrote {out}/summary.json ({time.perf_counter() - started:.1f} s)")
+        return code
     dataset = load_data(args.dataset, args)
     print(f"data   {dataset.summary()}")
     if args.random_split is not None:
