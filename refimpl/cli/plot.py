@@ -1,8 +1,12 @@
 """``refimpl plot RUN``: training curves and a per-layer gradient-norm heat map, as PNG.
 
-Runs trained with ``--diagnostics`` also get ``balance.png``: per hidden layer,
-the layer sum of the balancedness ``c`` (GAT-balance Cor 2.4) and the spread of
-``c`` over its neurons, with the conservation residual (Eq. 7) per epoch.
+Every figure is titled with its run (the folder's name) and the curves mark the best
+validation epoch, the one the run selects. Runs trained with ``--diagnostics`` also get
+``balance.png``: per hidden layer, the layer sum of the balancedness ``c`` (GAT-balance
+Cor 2.4) and the spread of ``c`` over its neurons, with the conservation residual (Eq. 7)
+per epoch. A multi-seed run also gets ``seeds.png`` in its folder: the mean over seeds
+of the training loss and the validation and test accuracy, with their min..max band and
+the mean best epoch.
 """
 
 from __future__ import annotations
@@ -16,7 +20,15 @@ import numpy as np
 
 from refimpl.train.run_folder import read_log
 
-__all__ = ["add_parser", "plot_run", "run"]
+__all__ = [
+    "add_parser",
+    "best_epoch",
+    "curves_figure",
+    "plot_run",
+    "plot_seeds",
+    "run",
+    "seeds_figure",
+]
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -87,25 +99,13 @@ def plot_run(run_dir: Path, kind: str = "feature") -> list[Path]:
     if not records:
         raise ValueError(f"{log} is empty: the run logged no epoch yet")
     epochs = [r["epoch"] for r in records]
-
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    left.semilogy(epochs, [r["train_loss"] for r in records])
-    left.set(xlabel="epoch", ylabel="training loss", title="loss")
-    for split in ("train", "val", "test"):
-        right.plot(epochs, [r[f"{split}_acc"] for r in records], label=split)
-    right.set(xlabel="epoch", ylabel="accuracy", title="accuracy (eval mode)")
-    right.legend()
-    figure.tight_layout()
-    curves = run_dir / "curves.png"
-    figure.savefig(curves, dpi=120)
-    plt.close(figure)
-
+    curves = _save(plt, curves_figure(plt, records, run_dir.name), run_dir / "curves.png")
     heat = _heat_map(
         plt,
         LogNorm,
         epochs,
         *grad_norm_matrix(records, kind),
-        f"relative gradient norm ||grad W|| / ||W|| ({kind})",
+        f"{run_dir.name}: relative gradient norm ||grad W|| / ||W|| ({kind})",
         run_dir / "grad_norms.png",
     )
     written = [curves, heat]
@@ -116,7 +116,7 @@ def plot_run(run_dir: Path, kind: str = "feature") -> list[Path]:
                 LogNorm,
                 epochs,
                 *grad_norm_matrix(records, "attention", key="grad_abs"),
-                "gradient norm of the attention parameters ||grad a||",
+                f"{run_dir.name}: gradient norm of the attention parameters ||grad a||",
                 run_dir / "grad_abs.png",
             )
         )
@@ -147,12 +147,9 @@ def _heat_map(
         extent=(epochs[0] - 0.5, epochs[-1] + 0.5, len(layers) - 0.5, -0.5),
     )
     axis.set_yticks(range(len(layers)), layers)
-    axis.set(xlabel="epoch", title=title)
-    figure.colorbar(image, ax=axis)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return path
+    axis.set(xlabel="epoch", ylabel="layer", title=title)
+    figure.colorbar(image, ax=axis, label=title.split(": ", 1)[-1].split(" ||")[0])
+    return _save(plt, figure, path)
 
 
 def _plot_balance(plt: Any, run_dir: Path, epochs: list[int], records: list[dict]) -> Path:
@@ -175,16 +172,88 @@ def _plot_balance(plt: Any, run_dir: Path, epochs: list[int], records: list[dict
     right.set(xlabel="epoch", ylabel="max |delta| / scale", title="conservation residual (Eq. 7)")
     if len(layers) <= 10:
         left.legend(fontsize="small")
+        right.legend(fontsize="small")
+    figure.suptitle(run_dir.name)
+    return _save(plt, figure, run_dir / "balance.png")
+
+
+def best_epoch(records: list[dict[str, Any]]) -> int:
+    """The epoch the run selects: the first with the highest validation accuracy, or the
+    last where the validation split is empty (NaN), as :mod:`refimpl.train.loop` does."""
+    best, best_value = records[-1]["epoch"], -math.inf
+    for record in records:
+        if record["val_acc"] > best_value:  # NaN is never greater: an empty split keeps last
+            best, best_value = record["epoch"], record["val_acc"]
+    return best
+
+
+def curves_figure(plt: Any, records: list[dict[str, Any]], label: str) -> Any:
+    """Loss and accuracies of one run against the epoch, the best epoch marked."""
+    epochs, best = [r["epoch"] for r in records], best_epoch(records)
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    left.semilogy(epochs, [r["train_loss"] for r in records], label="training loss")
+    left.set(xlabel="epoch", ylabel="training loss", title="loss")
+    for split in ("train", "val", "test"):
+        right.plot(epochs, [r[f"{split}_acc"] for r in records], label=split)
+    right.set(xlabel="epoch", ylabel="accuracy", title="accuracy (eval mode)")
+    for axis in (left, right):
+        axis.axvline(best, color="grey", linestyle="--", label=f"best validation (epoch {best})")
+        axis.legend(fontsize="small")
+    figure.suptitle(label)
+    return figure
+
+
+def seeds_figure(plt: Any, logs: dict[str, list[dict[str, Any]]], label: str) -> Any:
+    """Mean over seeds (line) and min..max (band) of the loss and accuracies, over the epochs
+    every seed ran, with the mean best epoch marked."""
+    length = min(len(records) for records in logs.values())
+    epochs = [r["epoch"] for r in next(iter(logs.values()))[:length]]
+    mean_best = float(np.mean([best_epoch(records) for records in logs.values()]))
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    panels = [(left, "train_loss", "training loss")] + [
+        (right, f"{split}_acc", split) for split in ("train", "val", "test")
+    ]
+    for axis, key, name in panels:
+        values = np.array([[r[key] for r in records[:length]] for records in logs.values()])
+        (line,) = axis.plot(epochs, np.nanmean(values, axis=0), label=f"{name} (mean)")
+        axis.fill_between(
+            epochs, np.nanmin(values, axis=0), np.nanmax(values, axis=0),
+            color=line.get_color(), alpha=0.2,
+        )  # fmt: skip
+    left.set_yscale("log")
+    left.set(xlabel="epoch", ylabel="training loss", title="loss (band: min..max over seeds)")
+    right.set(xlabel="epoch", ylabel="accuracy", title="accuracy (band: min..max over seeds)")
+    for axis in (left, right):
+        axis.axvline(
+            mean_best, color="grey", linestyle="--", label=f"mean best epoch {mean_best:.1f}"
+        )
+        axis.legend(fontsize="small")
+    figure.suptitle(f"{label}: {len(logs)} seeds")
+    return figure
+
+
+def _save(plt: Any, figure: Any, path: Path) -> Path:
     figure.tight_layout()
-    path = run_dir / "balance.png"
     figure.savefig(path, dpi=120)
     plt.close(figure)
     return path
 
 
+def plot_seeds(run_dir: Path, seed_dirs: list[Path]) -> Path:
+    """``seeds.png`` in ``run_dir``: :func:`seeds_figure` over the seeds' logs."""
+    import matplotlib.pyplot as plt  # plot_run has checked it is there
+
+    logs = {directory.name: _read_log(directory / "log.jsonl") for directory in seed_dirs}
+    if any(not records for records in logs.values()):
+        raise ValueError(f"a seed of {run_dir} logged no epoch yet")
+    return _save(plt, seeds_figure(plt, logs, run_dir.name), run_dir / "seeds.png")
+
+
 def run(args: argparse.Namespace) -> int:
-    directories = sorted(p for p in args.run_dir.glob("seed*") if p.is_dir()) or [args.run_dir]
-    for directory in directories:
+    seed_dirs = sorted(p for p in args.run_dir.glob("seed*") if p.is_dir())
+    for directory in seed_dirs or [args.run_dir]:
         for path in plot_run(directory, args.kind):
             print(f"wrote {path}")
+    if len(seed_dirs) > 1:
+        print(f"wrote {plot_seeds(args.run_dir, seed_dirs)}")
     return 0
