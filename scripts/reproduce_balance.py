@@ -37,7 +37,12 @@ import sys
 import time
 from pathlib import Path
 
-from refimpl.cli.runs import add_script_run_options, explicit_options, open_script_run
+from refimpl.cli.runs import (
+    add_scheduler_option,
+    add_script_run_options,
+    explicit_options,
+    open_script_run,
+)
 from refimpl.train.experiment import mean_ci95
 from refimpl.train.parallel import run_jobs
 
@@ -185,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--epochs", type=int, default=5000)
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     parser.add_argument("--workers", type=int, default=os.cpu_count())
+    add_scheduler_option(parser)
     parser.add_argument("--out", type=Path, default=Path("runs/balance"))
     add_script_run_options(parser)
     return parser
@@ -227,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         for seed in range(args.seeds)
     ]
     start = time.perf_counter()
-    results = run_jobs(run_one, jobs, args.workers, _describe)
+    results = run_jobs(run_one, jobs, args.workers, _describe, args.scheduler)
     wall = time.perf_counter() - start
     cpu = sum(r["seconds"] for r in results)
     print()

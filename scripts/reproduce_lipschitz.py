@@ -45,7 +45,12 @@ import sys
 import time
 from pathlib import Path
 
-from refimpl.cli.runs import add_script_run_options, explicit_options, open_script_run
+from refimpl.cli.runs import (
+    add_scheduler_option,
+    add_script_run_options,
+    explicit_options,
+    open_script_run,
+)
 from refimpl.train.experiment import mean_ci95
 from refimpl.train.parallel import run_jobs
 
@@ -280,6 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--lrs", type=float, nargs="+", default=[DEFAULT_LR], help="Adam lr grid")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     parser.add_argument("--workers", type=int, default=os.cpu_count())
+    add_scheduler_option(parser)
     parser.add_argument("--out", type=Path, default=Path("runs/lipschitz"))
     add_script_run_options(parser)
     return parser
@@ -341,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         job["run_dir"] = str(args.out / args.experiment / name)
         jobs.append(job)
     start = time.perf_counter()
-    results = run_jobs(run_one, jobs, args.workers, _describe)
+    results = run_jobs(run_one, jobs, args.workers, _describe, args.scheduler)
     print()
     if args.experiment == "gradients":
         print(gradient_report(results, args.out / "gradients"))

@@ -20,6 +20,6 @@ def one_line(err: BaseException) -> str:
     """The exception's message on one line; its type where the message alone says little
     (an ``ImportError``, a ``KeyError``'s bare key)."""
     text = " ".join(str(err).split()) or type(err).__name__
-    if isinstance(err, ValueError | FileNotFoundError | FileExistsError):
+    if isinstance(err, ValueError | FileNotFoundError | FileExistsError | ConnectionError):
         return text
     return f"{type(err).__name__}: {text}"

@@ -26,6 +26,7 @@ __all__ = [
     "OUTPUT_ONLY",
     "SCRIPT_OUTPUT_ONLY",
     "add_run_folder_options",
+    "add_scheduler_option",
     "add_script_run_options",
     "explicit_options",
     "interrupted_message",
@@ -36,10 +37,12 @@ __all__ = [
 
 # Options that change what is written or how long the run goes on, not what an epoch
 # computes: a resumed run takes them from the command line.
-OUTPUT_ONLY = frozenset({"epochs", "no_progress", "checkpoint_every", "data_root"})
+OUTPUT_ONLY = frozenset(
+    {"epochs", "no_progress", "checkpoint_every", "data_root", "workers", "scheduler"}
+)
 # A script's grid skips finished jobs whatever their length, so there only where the data
 # lives and how many processes run may change (a longer --epochs would mix two grids).
-SCRIPT_OUTPUT_ONLY = frozenset({"data", "workers"})
+SCRIPT_OUTPUT_ONLY = frozenset({"data", "workers", "scheduler"})
 
 # Never stored: where the run is and how it was opened.
 _NOT_STORED = frozenset({"run", "command", "explicit", "out", "resume", "overwrite", "run_folder"})
@@ -62,6 +65,18 @@ def add_run_folder_options(parser: argparse.ArgumentParser, default_hint: str) -
         "--overwrite",
         action="store_true",
         help="replace the run already in --out (its files only; other files are kept)",
+    )
+
+
+def add_scheduler_option(parser: argparse.ArgumentParser) -> None:
+    """``--scheduler``: run a grid's jobs on Dask (:mod:`refimpl.train.parallel`)."""
+    parser.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDRESS",
+        help="run the grid on Dask: a running scheduler's address (tcp://host:8786) or "
+        "local:N (N single-threaded worker processes here); needs the cluster extra. "
+        "Results are written here as jobs finish; a rerun skips finished jobs",
     )
 
 

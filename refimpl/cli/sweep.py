@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import time
 from typing import Any
 
 from refimpl.cli.options import (
@@ -18,14 +17,15 @@ from refimpl.cli.options import (
     load_data,
     train_config,
 )
-from refimpl.cli.runs import add_run_folder_options, open_cli_run
+from refimpl.cli.runs import add_run_folder_options, add_scheduler_option, open_cli_run
 from refimpl.cli.types import DefaultsHelpFormatter, non_negative_int, positive_int
 from refimpl.files import atomic_write
 from refimpl.init import INITIALISERS
 from refimpl.train import TrainingDiverged, run_seeds
+from refimpl.train.parallel import run_jobs
 from refimpl.train.run_folder import write_json
 
-__all__ = ["add_parser", "format_table", "run"]
+__all__ = ["add_parser", "format_table", "run", "sweep_cell"]
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -38,6 +38,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--depths", type=positive_int, nargs="+", default=[2, 5])
     parser.add_argument("--inits", nargs="+", default=["xavier"], choices=sorted(INITIALISERS))
     parser.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1])
+    parser.add_argument(
+        "--workers",
+        type=positive_int,
+        default=1,
+        help="grid cells run at once on this machine, one process each (1: here, in turn)",
+    )
+    add_scheduler_option(parser)
     add_run_folder_options(parser, "runs/sweep-<time>")
     add_data_options(parser)
     add_model_options(parser)
@@ -70,29 +77,35 @@ def format_table(cells: list[dict[str, Any]], depths: list[int]) -> str:
     return "\n".join(lines)
 
 
-class _Progress:
-    """One line per finished grid cell: its place, result, time, and the time left at the
-    mean pace of the cells so far."""
+def sweep_cell(options: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
+    """One grid cell (dataset x init x depth): its seeds' runs and their summary. Runs in a
+    worker (``refimpl.train.parallel``), so it loads its own data from ``options``."""
+    args = argparse.Namespace(**options)
+    name, init, depth = job["dataset"], job["init"], job["depth"]
+    dataset = load_data(name, args)
+    cell = {**job, "diverged": False}
+    try:
+        summary = run_seeds(
+            functools.partial(build_model, args, dataset, depth),
+            dataset_for_seeds(dataset, args),
+            train_config(args, init=init),
+            args.seeds,
+            job["run_dir"],
+            progress=options["progress"],
+            backend=args.backend,
+            resume=True,  # a cell a killed run left half done keeps its finished seeds
+        )
+        cell.update(
+            {k: summary[k] for k in ("test_acc_mean", "test_acc_ci95", "epochs_to_best_mean")}
+        )
+    except TrainingDiverged as err:
+        cell.update(diverged=True, error=str(err))
+    return cell
 
-    def __init__(self, total: int) -> None:
-        self.total, self.done, self.started = total, 0, time.perf_counter()
-        self.last = self.started
 
-    def line(self, label: str, cell: dict[str, Any]) -> str:
-        now = time.perf_counter()
-        took, self.last = now - self.last, now
-        self.done += 1
-        left = (now - self.started) / self.done * (self.total - self.done)
-        if cell["diverged"]:
-            result = "diverged"
-        else:
-            result = f"test {100 * cell['test_acc_mean']:.1f}%"
-        eta = f"about {_duration(left)} left" if self.done < self.total else "the last"
-        return f"[{self.done}/{self.total}] {label}: {result} ({_duration(took)}; {eta})"
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds:.1f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+def _describe(cell: dict[str, Any]) -> str:
+    result = "diverged" if cell["diverged"] else f"test {100 * cell['test_acc_mean']:.1f}%"
+    return f"{cell['dataset']} {cell['init']} L={cell['depth']}: {result}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -105,42 +118,27 @@ def run(args: argparse.Namespace) -> int:
         if len(set(values)) != len(values):
             raise ValueError(f"{flag} must be distinct, got {' '.join(map(str, values))}")
     out = open_cli_run(args, "sweep", default_out("sweep"))
-    cells = []
-    progress = _Progress(len(args.datasets) * len(args.inits) * len(args.depths))
-    for name in args.datasets:
-        dataset = load_data(name, args)
-        print(f"data   {dataset.summary()}")
-        for init in args.inits:
-            for depth in args.depths:
-                run_dir = out / name / init / f"L{depth}"
-                cell: dict[str, Any] = {
-                    "dataset": name,
-                    "init": init,
-                    "depth": depth,
-                    "diverged": False,
-                }
-                try:
-                    summary = run_seeds(
-                        functools.partial(build_model, args, dataset, depth),
-                        dataset_for_seeds(dataset, args),
-                        train_config(args, init=init),
-                        args.seeds,
-                        run_dir,
-                        progress=not args.no_progress,
-                        backend=args.backend,
-                        resume=args.resume is not None,
-                    )
-                    cell.update(
-                        {
-                            k: summary[k]
-                            for k in ("test_acc_mean", "test_acc_ci95", "epochs_to_best_mean")
-                        }
-                    )
-                except TrainingDiverged as err:
-                    cell["diverged"] = True
-                    print(f"  {name} {init} L={depth}: diverged ({err})")
-                cells.append(cell)
-                print(f"  {progress.line(f'{name} {init} L={depth}', cell)}", flush=True)
+    for name in args.datasets:  # bad data fails here, in one line, before any job starts
+        print(f"data   {load_data(name, args).summary()}")
+    jobs = [
+        {
+            "dataset": name,
+            "init": init,
+            "depth": depth,
+            "run_dir": str(out / name / init / f"L{depth}"),
+        }
+        for name in args.datasets
+        for init in args.inits
+        for depth in args.depths
+    ]
+    here = args.scheduler is None and args.workers == 1
+    options = {**vars(args), "progress": here and not args.no_progress}
+    options.pop("run", None)  # the command's function: not an option, and not needed there
+    results = run_jobs(
+        functools.partial(sweep_cell, options), jobs, args.workers, _describe, args.scheduler
+    )
+    by_dir = {result["run_dir"]: result for result in results}
+    cells = [by_dir[job["run_dir"]] for job in jobs]  # in grid order
     table = format_table(cells, args.depths)
     print(table)
     write_json(out / "sweep.json", cells)

@@ -254,7 +254,8 @@ def test_sweep_refuses_an_existing_run_and_resumes_skipping_finished_cells(
     before = snapshot(tmp_path)
     assert main([*sweep, "--seeds", "0", "--out", str(tmp_path)]) == 2
     assert "--resume" in capsys.readouterr().err and snapshot(tmp_path) == before
-    os.remove(tmp_path / "csbm" / "xavier" / "L2" / "final.npz")  # as if killed in that cell
+    for name in ("final.npz", "result.json"):  # as if killed in that cell: not finished
+        os.remove(tmp_path / "csbm" / "xavier" / "L2" / name)
     trained = []
     real_train = loop_module.train_model
 

@@ -46,7 +46,7 @@ def test_workers_start_with_one_blas_thread(tmp_path: Path) -> None:
     # starts with, not set later inside it. The parent's own environment is restored.
     before = {name: os.environ.get(name) for name in BLAS_THREAD_VARIABLES}
     jobs = [{"run_dir": str(tmp_path / "run0")}]
-    (result,) = run_jobs(start_environment, jobs, workers=1, describe=lambda r: "")
+    (result,) = run_jobs(start_environment, jobs, workers=2, describe=lambda r: "")
     assert {name: result["environ"].get(name) for name in BLAS_THREAD_VARIABLES} == dict.fromkeys(
         BLAS_THREAD_VARIABLES, "1"
     )
