@@ -45,3 +45,14 @@ def test_a_grid_script_refuses_a_longer_epochs_on_resume(tmp_path: Path) -> None
     (tmp_path / "run.json").write_text(json.dumps(record))
     with pytest.raises(ValueError, match=r"--epochs 10 differs from the resumed run's 5000"):
         load("reproduce_balance").main(["--resume", "--epochs", "10", "--out", str(tmp_path)])
+
+
+def test_the_balance_table_sets_citeseer_beside_table_2() -> None:
+    """CiteSeer's cells are GAT-balance Table 2's rows; Cora's are Tables 3, 4 and 6."""
+    balance = load("reproduce_balance")
+    run = {"optimizer": "sgd", "depth": 5, "init": "Bal_O", "seed": 0, "test_acc": 0.7,
+           "best_epoch": 9, "epochs_run": 10}  # fmt: skip
+    text = balance.table([{**run, "dataset": "citeseer"}, {**run, "dataset": "cora"}])
+    rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines()[2:]}
+    assert rows["citeseer"].endswith("| 70.63 +- 0.60 (T2) |")
+    assert rows["cora"].endswith("| 79.48 +- 0.43 (T3) |")
