@@ -34,10 +34,27 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         formatter_class=DefaultsHelpFormatter,
         help="grid over depths x inits x seeds x datasets; prints the papers' table layout",
     )
-    parser.add_argument("--datasets", nargs="+", default=["csbm"])
-    parser.add_argument("--depths", type=positive_int, nargs="+", default=[2, 5])
-    parser.add_argument("--inits", nargs="+", default=["xavier"], choices=sorted(INITIALISERS))
-    parser.add_argument("--seeds", type=non_negative_int, nargs="+", default=[0, 1])
+    parser.add_argument(
+        "--datasets", nargs="+", default=["csbm"], help="the grid's datasets (as train's)"
+    )
+    parser.add_argument(
+        "--depths", type=positive_int, nargs="+", default=[2, 5], help="the grid's layer counts"
+    )
+    parser.add_argument(
+        "--inits",
+        nargs="+",
+        default=["xavier"],
+        choices=sorted(INITIALISERS),
+        metavar="INIT",
+        help=f"the grid's initialisation schemes: {', '.join(sorted(INITIALISERS))}",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=non_negative_int,
+        nargs="+",
+        default=[0, 1],
+        help="one run per seed in every cell",
+    )
     parser.add_argument(
         "--workers",
         type=positive_int,
