@@ -41,7 +41,8 @@ def normalised_adjacency(edge_index: Any, num_nodes: int, dtype: Any) -> Any:
     d_out = torch.zeros(num_nodes, dtype=dtype).index_add_(0, src, ones)
     weights = d_in[dst].rsqrt() * d_out[src].rsqrt()
     indices = torch.stack([dst, src])
-    return torch.sparse_coo_tensor(indices, weights, (num_nodes, num_nodes)).coalesce()
+    shape = (num_nodes, num_nodes)
+    return torch.sparse_coo_tensor(indices, weights, shape, check_invariants=True).coalesce()
 
 
 def _phi_exponent(y: Any, omega: Any) -> Any:
