@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -48,14 +49,12 @@ def test_peer_equals_refimpl_layer(seed: int) -> None:
     tensors = {k: torch.tensor(v, requires_grad=True) for k, v in params.items()}
     t_x = torch.tensor(x, requires_grad=True)
     adjacency = peer.normalised_adjacency(edges, n, torch.float64)
-    t_out = peer.peer_layer(
-        tensors,
-        t_x,
-        adjacency,
-        torch.tensor(noise["projection"]),
-        torch.tensor(noise["gumbel"]),
-        bench.TAU,
-    )
+    omega, gumbel = torch.tensor(noise["projection"]), torch.tensor(noise["gumbel"])
+
+    def peer_out(weights: dict) -> Any:
+        return peer.peer_layer(weights, t_x, adjacency, omega, gumbel, bench.TAU)
+
+    t_out = peer_out(tensors)
     t_out.backward(torch.tensor(d_out))
     ours = {"out": out, "x": d_x, **d_params}
     theirs = {"out": t_out.detach().numpy(), "x": t_x.grad.numpy()}
@@ -63,13 +62,5 @@ def test_peer_equals_refimpl_layer(seed: int) -> None:
     errors = relative_errors(ours, theirs)
     assert max(errors.values()) <= 1e-10, errors
     # the comparison can fail: the peer without its relational bias is far off
-    params_off = {**tensors, "b_rel": torch.tensor([[-50.0]])}
-    off = peer.peer_layer(
-        params_off,
-        t_x,
-        adjacency,
-        torch.tensor(noise["projection"]),
-        torch.tensor(noise["gumbel"]),
-        bench.TAU,
-    )
+    off = peer_out({**tensors, "b_rel": torch.tensor([[-50.0]])})
     assert relative_errors({"out": out}, {"out": off.detach().numpy()})["out"] > 1e-3
