@@ -54,7 +54,7 @@ def add_graph_options(parser: argparse.ArgumentParser) -> None:
 def _load(args: argparse.Namespace) -> Any:
     from refimpl.data import load_graph_dataset, synthetic_molecules
 
-    name = "molecules" if "dataset" not in args.explicit else args.dataset
+    name = args.dataset  # "molecules" unless one was typed (refimpl.cli.train.run)
     if name == "molecules":
         return synthetic_molecules(args.graphs, seed=0, standardize=True)
     if not name.endswith(".npz"):

@@ -73,6 +73,9 @@ def _print_seed(result: Any, earlier: bool) -> None:
 
 def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
+    if args.resume is None and args.model == "graph_transformer":
+        # the node-level default (csbm) is no graph dataset: this model's default is stored
+        args.dataset = args.dataset if "dataset" in args.explicit else "molecules"
     out = open_cli_run(args, "train", default_out("train"))
     if args.model == "graph_transformer":
         code = run_graph(args, out)

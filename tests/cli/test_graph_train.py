@@ -59,6 +59,19 @@ def test_a_users_npz_graph_dataset(tmp_path: Path) -> None:
     assert run["metric"] == "roc_auc" and np.isfinite(run["val_metric"])
 
 
+def test_a_resumed_run_keeps_its_dataset(tmp_path: Path) -> None:
+    """The dataset is stored with the run: a resume trains on the user's .npz again, not
+    on this model's default."""
+    path = tmp_path / "mine.npz"
+    save_graph_dataset(path, synthetic_molecules(40, seed=3, task="multilabel"))
+    out = tmp_path / "run"
+    args = ["train", *FAST, "--dataset", str(path), "--checkpoint-every", "1", "--out", str(out)]
+    assert main(args) == 0
+    assert main(["train", "--resume", str(out), "--epochs", "3", "--no-progress"]) == 0
+    run = json.loads((out / "summary.json").read_text())["runs"][0]
+    assert run["metric"] == "roc_auc" and run["epochs_run"] == 3
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
