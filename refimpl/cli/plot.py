@@ -105,7 +105,8 @@ def plot_run(run_dir: Path, kind: str = "feature") -> list[Path]:
         LogNorm,
         epochs,
         *grad_norm_matrix(records, kind),
-        f"{run_dir.name}: relative gradient norm ||grad W|| / ||W|| ({kind})",
+        run_dir.name,
+        ("relative gradient norm", f" ||grad W|| / ||W|| ({kind})"),
         run_dir / "grad_norms.png",
     )
     written = [curves, heat]
@@ -116,7 +117,8 @@ def plot_run(run_dir: Path, kind: str = "feature") -> list[Path]:
                 LogNorm,
                 epochs,
                 *grad_norm_matrix(records, "attention", key="grad_abs"),
-                f"{run_dir.name}: gradient norm of the attention parameters ||grad a||",
+                run_dir.name,
+                ("gradient norm of the attention parameters", " ||grad a||"),
                 run_dir / "grad_abs.png",
             )
         )
@@ -131,10 +133,13 @@ def _heat_map(
     epochs: list[int],
     layers: list[str],
     matrix: np.ndarray,
-    title: str,
+    run: str,
+    quantity: tuple[str, str],
     path: Path,
 ) -> Path:
-    """Layers x epochs, log colour scale (non-positive and undefined cells left blank)."""
+    """Layers x epochs, log colour scale (non-positive and undefined cells left blank);
+    ``quantity`` is ``(name, formula)``: the title is ``run: name formula``, the colour
+    bar's label the name."""
     figure, axis = plt.subplots(figsize=(10, 0.4 * len(layers) + 2))
     positive = matrix[np.isfinite(matrix) & (matrix > 0)]
     norm = log_norm(vmin=positive.min(), vmax=positive.max()) if positive.size else None
@@ -147,8 +152,9 @@ def _heat_map(
         extent=(epochs[0] - 0.5, epochs[-1] + 0.5, len(layers) - 0.5, -0.5),
     )
     axis.set_yticks(range(len(layers)), layers)
-    axis.set(xlabel="epoch", ylabel="layer", title=title)
-    figure.colorbar(image, ax=axis, label=title.split(": ", 1)[-1].split(" ||")[0])
+    name, formula = quantity
+    axis.set(xlabel="epoch", ylabel="layer", title=f"{run}: {name}{formula}")
+    figure.colorbar(image, ax=axis, label=name)
     return _save(plt, figure, path)
 
 
