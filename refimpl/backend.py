@@ -67,7 +67,7 @@ class _BackendSpec:
     name: str
     module_path: str  # imported lazily: CuPy is optional
     install_hint: str
-    sparse_path: str  # its CSR matrices: segment sums are products with them
+    sparse_path: str  # its sparse matrices: sparse input features, host segment sums
 
 
 _SPECS = {

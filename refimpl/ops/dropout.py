@@ -111,9 +111,9 @@ class Dropout:
         self, x: Any, training: bool, rng: Any, mask: Any, scale: float
     ) -> tuple[Any, DropoutCache]:
         """F1-F2 over the stored values of a CSR ``x`` (class docstring)."""
-        xp = check_sparse_input(x, "x", x.shape[1])
-        if not training or self.p == 0:
+        if not training or self.p == 0:  # the identity: as dense, the values go unread
             return x, DropoutCache(None, scale, tuple(x.shape), x.dtype)
+        xp = check_sparse_input(x, "x", x.shape[1])
         values = x.data  # (nnz,)
         if mask is not None:
             _check_mask(mask, values)

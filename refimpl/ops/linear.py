@@ -79,16 +79,15 @@ def affine_maps_backward(
     every entry, stored or not).
     """
     xp = get_array_module(x, *d_ys)
+    stacked_weight = weights[0] if len(weights) == 1 else xp.concatenate(weights)  # (sum, in)
     if is_sparse(x):
         d_y = d_ys[0] if len(d_ys) == 1 else xp.concatenate(d_ys, axis=1)  # (N, sum)
-        stacked = weights[0] if len(weights) == 1 else xp.concatenate(weights)  # (sum, in)
-        d_x = d_y @ stacked if input_grad else None
+        d_x = d_y @ stacked_weight if input_grad else None
         d_weights = [weight_gradient(d, x) for d in d_ys]
         d_biases = [d.sum(axis=0) for d in d_ys] if bias else None
         return d_x, d_weights, d_biases
     n, width = x.shape
     sizes = [weight.shape[0] for weight in weights]
-    stacked_weight = weights[0] if len(weights) == 1 else xp.concatenate(weights)  # (sum, in)
     d_x = xp.empty_like(x) if input_grad else None
     blocks = row_blocks(xp, n, ROW_BLOCK)
 
