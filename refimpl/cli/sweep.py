@@ -94,12 +94,15 @@ def format_table(cells: list[dict[str, Any]], depths: list[int]) -> str:
     return "\n".join(lines)
 
 
-def sweep_cell(options: dict[str, Any], job: dict[str, Any]) -> dict[str, Any]:
+def sweep_cell(
+    options: dict[str, Any], datasets: dict[str, Any], job: dict[str, Any]
+) -> dict[str, Any]:
     """One grid cell (dataset x init x depth): its seeds' runs and their summary. Runs in a
-    worker (``refimpl.train.parallel``), so it loads its own data from ``options``."""
+    worker (``refimpl.train.parallel``): the data comes from ``datasets`` (loaded by the
+    caller, when the cells run in its process) or is loaded from ``options``."""
     args = argparse.Namespace(**options)
     name, init, depth = job["dataset"], job["init"], job["depth"]
-    dataset = load_data(name, args)
+    dataset = datasets[name] if name in datasets else load_data(name, args)
     cell = {**job, "diverged": False}
     try:
         summary = run_seeds(
@@ -135,8 +138,10 @@ def run(args: argparse.Namespace) -> int:
         if len(set(values)) != len(values):
             raise ValueError(f"{flag} must be distinct, got {' '.join(map(str, values))}")
     out = open_cli_run(args, "sweep", default_out("sweep"))
-    for name in args.datasets:  # bad data fails here, in one line, before any job starts
-        print(f"data   {load_data(name, args).summary()}")
+    datasets = {}  # loaded here first: bad data fails in one line before any job starts
+    for name in args.datasets:
+        datasets[name] = load_data(name, args)
+        print(f"data   {datasets[name].summary()}")
     jobs = [
         {
             "dataset": name,
@@ -151,9 +156,9 @@ def run(args: argparse.Namespace) -> int:
     here = args.scheduler is None and args.workers == 1
     options = {**vars(args), "progress": here and not args.no_progress}
     options.pop("run", None)  # the command's function: not an option, and not needed there
-    results = run_jobs(
-        functools.partial(sweep_cell, options), jobs, args.workers, _describe, args.scheduler
-    )
+    # cells that run in this process reuse the data; workers elsewhere load their own
+    cell = functools.partial(sweep_cell, options, datasets if here else {})
+    results = run_jobs(cell, jobs, args.workers, _describe, args.scheduler)
     by_dir = {result["run_dir"]: result for result in results}
     cells = [by_dir[job["run_dir"]] for job in jobs]  # in grid order
     table = format_table(cells, args.depths)

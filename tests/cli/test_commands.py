@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from refimpl.cli import main
+from refimpl.cli.options import load_data
 
 FAST = ["--epochs", "4", "--no-progress", "--hidden", "4"]
 
@@ -131,11 +132,18 @@ def test_diverging_training_exits_non_zero(tmp_path: Path, capsys: pytest.Captur
     assert "training diverged: epoch" in capsys.readouterr().out
 
 
-def test_sweep_prints_the_table(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_sweep_prints_the_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import refimpl.cli.sweep as sweep
+
+    loads = []
+    monkeypatch.setattr(sweep, "load_data", lambda *a: loads.append(a[0]) or load_data(*a))
     assert (
         main(["sweep", *FAST, "--depths", "1", "2", "--seeds", "0", "1", "--out", str(tmp_path)])
         == 0
     )
+    assert loads == ["csbm"]  # cells run here reuse the data: loaded once, not once per cell
     out = capsys.readouterr().out
     assert "L=1" in out and "L=2" in out and "csbm" in out
     cells = json.loads((tmp_path / "sweep.json").read_text())
