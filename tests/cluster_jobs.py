@@ -23,3 +23,8 @@ def dies_once(job: dict) -> dict:
     if job.get("die") and marker.read_text() == "x":
         os._exit(1)
     return square_sum(job)
+
+
+def always_dies(job: dict) -> dict:
+    """A job that kills every worker it runs on."""
+    os._exit(1)

@@ -13,8 +13,8 @@ import pytest
 
 from refimpl.cli import main
 from refimpl.train import parallel
-from refimpl.train.parallel import run_jobs
-from tests.cluster_jobs import dies_once, square_sum
+from refimpl.train.parallel import WorkerLost, run_jobs
+from tests.cluster_jobs import always_dies, dies_once, square_sum
 
 pytest.importorskip("distributed")
 
@@ -67,6 +67,16 @@ def test_a_killed_worker_loses_and_duplicates_no_job(tmp_path: Path, capsys) -> 
     again = run_jobs(dies_once, jobs, 1, lambda r: "", scheduler="local:2")  # a rerun: all done
     assert sorted(r["seed"] for r in again) == list(range(6))
     assert [(Path(job["run_dir"]) / "attempts").read_text() for job in jobs] == attempts
+
+
+def test_a_job_that_kills_every_worker_is_one_line(tmp_path: Path) -> None:
+    import dask
+
+    jobs = [{"seed": 0, "run_dir": str(tmp_path)}]
+    with dask.config.set({"distributed.scheduler.allowed-failures": 1}):
+        with pytest.raises(WorkerLost, match="a job's worker died each time it ran"):
+            run_jobs(always_dies, jobs, 1, lambda r: "", scheduler="local:2")
+    assert not (tmp_path / "result.json").exists()
 
 
 def test_a_scheduler_that_does_not_answer_is_one_line(

@@ -34,7 +34,7 @@ from threadpoolctl import threadpool_limits
 
 from refimpl.files import atomic_write
 
-__all__ = ["SchedulerUnavailable", "dask_client", "run_jobs"]
+__all__ = ["SchedulerUnavailable", "WorkerLost", "dask_client", "run_jobs"]
 
 
 BLAS_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -43,6 +43,10 @@ CONNECT_SECONDS = 10  # how long a scheduler address is given to answer
 
 class SchedulerUnavailable(ConnectionError):
     """No Dask scheduler answered at the address given."""
+
+
+class WorkerLost(OSError):
+    """A job's worker died each time Dask ran the job (out of memory, say)."""
 
 
 @contextlib.contextmanager
@@ -119,11 +123,17 @@ def _completed(
     """The results of ``todo``'s jobs as they end, wherever the jobs run (module docstring)."""
     if scheduler is not None:
         with dask_client(scheduler) as client:
-            from distributed import as_completed  # dask_client has checked it is there
+            from distributed import KilledWorker, as_completed  # dask_client checked it is there
 
             futures = client.map(_OneBlasThread(run_one), todo, pure=False)
             for future in as_completed(futures):
-                yield future.result()
+                try:
+                    yield future.result()
+                except KilledWorker as err:
+                    raise WorkerLost(
+                        f"a job's worker died each time it ran ({err}); the finished jobs are "
+                        "kept: look at the workers' memory and logs, then rerun to resume"
+                    ) from err
         return
     if workers <= 1:
         for job in todo:
