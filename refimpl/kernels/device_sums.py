@@ -4,7 +4,7 @@
 left to right in the precision of ``values``: the order SciPy's CSR product uses on the
 host, so an unweighted float sum is bitwise the CPU's. No atomics: ``add.at`` adds in
 the order its atomic updates land, and cuSPARSE's CSR product also varied from run to
-run on rows of a few thousand items (measured on an H200; the GPU guide has the numbers).
+run on rows of a few thousand items (measured on an H200: docs/benchmarks.md, GPU).
 
 Threads ``i = n * F + f`` of a warp read consecutive features of one item, so the reads
 of a row of ``values`` are coalesced. Only CuPy calls this; the strict stand-in runs the

@@ -27,7 +27,7 @@ slow unbuffered path per item); on CuPy a kernel of ours
 SciPy's product again, through :mod:`refimpl.testing.strict_sparse`. One fixed order
 per segment makes a GPU run repeat bit for bit. ``add.at`` on a GPU sums in the
 order its atomic additions land, which changes from run to run, and so does
-cuSPARSE's CSR product on long rows (both measured on an H200: the GPU guide).
+cuSPARSE's CSR product on long rows (both measured on an H200: docs/benchmarks.md, GPU).
 
 ``segment_max`` is ``maximum.at`` on flattened indices (``ufunc.at``'s fast path is
 for 1-D indices). On NumPy over the floats themselves; on the other backends over
