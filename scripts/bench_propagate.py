@@ -1,13 +1,19 @@
-"""Benchmark: attention-weighted aggregation on the CPU, per-head sparse product vs gather + sum.
+"""Benchmark: attention-weighted aggregation on the CPU, the head-block product vs the others.
 
-``refimpl.ops.propagate`` computes ``out[v] = sum_{(u, v)} w_uv h[u]`` per head.
-The candidates: per-head ``scipy.sparse`` CSR products, and the literal form
-that other backends run (gather the source rows per edge, scale, and
-``segment_sum`` into targets, which materialises the ``(E, H, C)`` messages).
-The library uses the sparse products in the forward, and in the backward for
-one head or wide heads (the table says why). Both are timed in one run on the same Cora-sized graph
-(N = 2708, E = 13264 with self-loops), forward and backward, and checked to
-agree first. Prints median milliseconds and the ratio to the chosen one::
+``refimpl.ops.propagate`` computes ``out[v] = sum_{(u, v)} w_uv h[u]`` per head. The
+candidates, forward and backward:
+
+- block: what the library runs, one CSR product with all heads' ``A_h`` in one
+  ``(N H, N H)`` block matrix (``A_h^T`` in the backward), ``d_w`` by one
+  matrix-vector product over the channels;
+- per head: a ``scipy.sparse`` CSR matrix and product per head (the previous choice);
+- literal: what other backends run, gather the source rows per edge, scale, and
+  ``segment_sum`` into targets (the ``(E, H, C)`` messages materialised), ``d_w`` by
+  ``einsum``.
+
+All are timed in one run on the same Cora-sized graph (N = 2708, E = 13264 with
+self-loops), after checking that they agree. Prints median milliseconds and each
+candidate's time over the block product's::
 
     python scripts/bench_propagate.py [--json results.json]
 """
@@ -22,22 +28,43 @@ from collections.abc import Callable
 from functools import partial
 
 import numpy as np
+import scipy.sparse as sp
 
 from refimpl import Graph
 from refimpl.kernels.segment import gather, segment_sum
-from refimpl.ops.propagate import head_matrices, propagate, propagate_backward
+from refimpl.ops.propagate import propagate, propagate_backward
 
 SHAPES = [(8, 8), (1, 64), (8, 64)]  # (H, C)
 
 
 def median_ms(function: Callable[[], object], repeats: int = 30) -> float:
-    function()  # warm caches (the CSR structure is built once per graph)
+    function()  # warm caches (the CSR structures are built once per graph)
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         function()
         times.append(time.perf_counter() - start)
     return 1e3 * statistics.median(times)
+
+
+def per_head_matrices(w: np.ndarray, rows: object, columns: object) -> list:
+    """One CSR ``(N, N)`` per head, entry ``w[e, h]`` at ``(rows.index[e], columns.index[e])``."""
+    order, column, indptr = rows.pair_structure(columns)
+    shape = (rows.num_segments, columns.num_segments)
+    return [sp.csr_matrix((w[order, k], column, indptr), shape=shape) for k in range(w.shape[1])]
+
+
+def per_head_forward(h: np.ndarray, w: np.ndarray, src: object, dst: object) -> np.ndarray:
+    matrices = per_head_matrices(w, dst, src)  # A_h
+    return np.stack([a @ h[:, k] for k, a in enumerate(matrices)], axis=1)
+
+
+def per_head_backward(
+    h: np.ndarray, w: np.ndarray, d_out: np.ndarray, src: object, dst: object
+) -> tuple[np.ndarray, np.ndarray]:
+    d_w = np.einsum("ehc,ehc->eh", gather(d_out, dst), gather(h, src))
+    matrices = per_head_matrices(w, src, dst)  # A_h^T
+    return np.stack([a @ d_out[:, k] for k, a in enumerate(matrices)], axis=1), d_w
 
 
 def literal_forward(h: np.ndarray, w: np.ndarray, src: object, dst: object) -> np.ndarray:
@@ -52,15 +79,6 @@ def literal_backward(
     return segment_sum(d_messages * w[..., None], src), d_w
 
 
-def sparse_backward(
-    h: np.ndarray, w: np.ndarray, d_out: np.ndarray, src: object, dst: object
-) -> tuple[np.ndarray, np.ndarray]:
-    d_messages = gather(d_out, dst)  # (E, H, C), needed for d_w either way
-    d_w = np.einsum("ehc,ehc->eh", d_messages, gather(h, src))
-    transposed = head_matrices(w, src, dst)  # A_h^T per head
-    return np.stack([a @ d_out[:, k, :] for k, a in enumerate(transposed)], axis=1), d_w
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
@@ -71,48 +89,36 @@ def main(argv: list[str] | None = None) -> None:
     graph = Graph(edges, num_nodes).remove_self_loops().add_self_loops()
     src, dst = graph.src_segments(np), graph.dst_segments(np)
     rows = []
-    print(
-        f"{'H x C':>7} {'pass':<9} {'sparse per head ms':>28} {'gather + sum ms':>16} {'ratio':>6}"
-    )
+    print(f"{'H x C':>7} {'pass':<9} {'block ms':>9} {'per head':>9} {'literal':>8}")
     for heads, channels in SHAPES:
-        h = rng.standard_normal((num_nodes, heads, channels))
-        w = rng.random((graph.num_edges, heads))
-        d_out = rng.standard_normal((num_nodes, heads, channels))
-        np.testing.assert_allclose(
-            propagate(h, w, src, dst), literal_forward(h, w, src, dst), rtol=1e-12, atol=1e-12
-        )
-        for candidate in (propagate_backward, sparse_backward):
-            for got, want in zip(
-                candidate(h, w, d_out, src, dst),
-                literal_backward(h, w, d_out, src, dst),
-                strict=True,
-            ):
-                np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
-        passes = {
-            "forward": (
-                partial(propagate, h, w, src, dst),
-                partial(literal_forward, h, w, src, dst),
-            ),
-            "backward": (
-                partial(sparse_backward, h, w, d_out, src, dst),
-                partial(literal_backward, h, w, d_out, src, dst),
-            ),
+        h = rng.standard_normal((num_nodes, heads, channels)).astype(np.float32)
+        w = rng.random((graph.num_edges, heads)).astype(np.float32)
+        d_out = rng.standard_normal((num_nodes, heads, channels)).astype(np.float32)
+        arguments = {"forward": (h, w, src, dst), "backward": (h, w, d_out, src, dst)}
+        candidates = {
+            "forward": (propagate, per_head_forward, literal_forward),
+            "backward": (propagate_backward, per_head_backward, literal_backward),
         }
-        for name, (chosen, literal) in passes.items():
-            ours, other = median_ms(chosen), median_ms(literal)
+        for name, functions in candidates.items():
+            outputs = [f(*arguments[name]) for f in functions]
+            outputs = [out if isinstance(out, tuple) else (out,) for out in outputs]
+            for other in outputs[1:]:  # the same values, to float32 rounding
+                for got, want in zip(outputs[0], other, strict=True):
+                    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+            block, per_head, literal = (median_ms(partial(f, *arguments[name])) for f in functions)
             rows.append(
                 {
                     "heads": heads,
                     "channels": channels,
                     "pass": name,
-                    "sparse_ms": ours,
-                    "literal_ms": other,
-                    "ratio": other / ours,
+                    "block_ms": block,
+                    "per_head_ms": per_head,
+                    "literal_ms": literal,
                 }
             )
             print(
-                f"{f'{heads} x {channels}':>7} {name:<9} {ours:>28.3f} {other:>16.3f} "
-                f"{other / ours:>6.1f}"
+                f"{f'{heads} x {channels}':>7} {name:<9} {block:>9.3f} "
+                f"{per_head / block:>8.1f}x {literal / block:>7.1f}x"
             )
     if args.json:
         with open(args.json, "w") as handle:

@@ -29,7 +29,7 @@ try:  # Y += A X into a given Y: the kernel of SciPy's own CSR-dense product
 except ImportError:  # pragma: no cover - a SciPy without it: each block's own product
     _csr_matvecs = None
 
-__all__ = ["MIN_PARALLEL_WORK", "csr_matmul", "csr_matmul_per_head"]
+__all__ = ["MIN_PARALLEL_WORK", "csr_matmul", "head_block_matmul", "head_blocks"]
 
 MIN_PARALLEL_WORK = 1 << 24  # stored entries x dense columns below which one thread runs it
 
@@ -101,13 +101,41 @@ def _into_one_output(matrix: Any, dense: np.ndarray, bounds: list[int]) -> np.nd
     return out
 
 
-def csr_matmul_per_head(matrices: list[Any], dense: Any) -> np.ndarray:
-    """``matrices[h] @ dense[:, h]`` for every head ``h``, stacked on axis 1: ``dense``
-    ``(C, H, *F)`` -> ``(R, H, *F)``; one head without a copy."""
-    rows, features = matrices[0].shape[0], dense.shape[2:]
-    flat = dense.reshape(dense.shape[0], dense.shape[1], math.prod(features))  # (C, H, F)
-    if len(matrices) == 1:
-        out = csr_matmul(matrices[0], flat[:, 0])[:, None]
-    else:
-        out = np.stack([csr_matmul(a, flat[:, h]) for h, a in enumerate(matrices)], axis=1)
-    return out.reshape((rows, len(matrices), *features))
+def head_blocks(
+    indptr: np.ndarray, column: np.ndarray, heads: int, num_columns: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The CSR structure that applies one sparsity pattern to ``heads`` heads in one product.
+
+    For a CSR pattern ``(R, C)`` (``indptr`` (R + 1,), ``column`` (nnz,)), row ``r * H + h`` of
+    the block matrix ``(R H, C H)`` holds row ``r``'s stored entries for head ``h``, in their
+    stored order, at columns ``column * H + h``. With ``dense (C, H, F)`` read as ``(C H, F)``
+    (a free reshape), one product gives every head's ``(R, H, F)``, each output row summed in
+    the order the one-head product sums it: the same values as a product per head, without
+    ``H`` strided slices, ``H`` matrices or a stack.
+
+    Returns ``(source, column_h, indptr_h)``: ``source[q] = p * H + h`` names the stored
+    position ``p`` and head ``h`` of block entry ``q`` (a flat index into an ``(nnz, H)``
+    array); ``column_h`` and ``indptr_h`` are int32 where they fit.
+    """
+    nnz, rows = column.shape[0], indptr.shape[0] - 1
+    degree = np.diff(indptr)  # (R,) stored entries per row
+    row = np.repeat(np.arange(rows), degree)  # (nnz,) each entry's row
+    start = indptr[:-1][row]  # (nnz,) its row's first position
+    # entry (p, h) goes to q = start[r] H + h degree[r] + (p - start[r])  (nnz, H)
+    target = (start * (heads - 1) + np.arange(nnz))[:, None] + np.outer(degree[row], range(heads))
+    source = np.empty(nnz * heads, dtype=np.int64)
+    source[target.ravel()] = np.arange(nnz * heads)
+    index_type = np.int32 if max(nnz, num_columns) * heads < 2**31 else np.int64
+    column_h = (column[source // heads] * heads + source % heads).astype(index_type)
+    indptr_h = np.zeros(rows * heads + 1, dtype=index_type)
+    np.cumsum(np.repeat(degree, heads), out=indptr_h[1:])
+    return source, column_h, indptr_h
+
+
+def head_block_matmul(matrix: Any, dense: Any) -> np.ndarray:
+    """``matrix`` (the ``(R H, C H)`` CSR of :func:`head_blocks`) applied to every head of
+    ``dense (C, H, *F)`` -> ``(R, H, *F)``: one :func:`csr_matmul`."""
+    heads, features = dense.shape[1], dense.shape[2:]
+    flat = dense.reshape(dense.shape[0] * heads, math.prod(features))  # (C H, F)
+    out = csr_matmul(matrix, flat)  # (R H, F)
+    return out.reshape((matrix.shape[0] // max(heads, 1), heads, *features))

@@ -43,7 +43,7 @@ import weakref
 from typing import Any
 
 from refimpl.backend import backend_name, get_array_module, sparse_module
-from refimpl.kernels.csr import csr_matmul, csr_matmul_per_head
+from refimpl.kernels.csr import csr_matmul, head_block_matmul, head_blocks
 from refimpl.kernels.device_sums import row_sums_in_order
 
 __all__ = [
@@ -86,6 +86,9 @@ class Segments:
         # so an entry goes when that segmentation (its graph) does
         self._structures: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._pair_sums: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        # NumPy only: the head-block structures (head_blocks) of those matrices, by head count
+        self._head_pairs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._head_sums: dict[tuple[Any, int], Any] = {}  # (None or second, H) -> structure
 
     @property
     def num_items(self) -> int:
@@ -153,6 +156,45 @@ class Segments:
             self._structures[columns] = cached
         return cached
 
+    def head_pair_structure(self, columns: Segments, heads: int) -> tuple[Any, Any, Any]:
+        """NumPy only: :meth:`pair_structure` for ``heads`` heads in one matrix
+        (:func:`~refimpl.kernels.csr.head_blocks`): ``(weight_index, column, indptr)`` of the
+        ``(N H, N' H)`` matrix with item ``e``'s head ``h`` at ``(index[e] H + h,
+        columns.index[e] H + h)``; ``weight_index`` (E H,) picks each stored entry from an
+        ``(E, H)`` array's flat view. Built once per ``columns`` and head count."""
+        by_heads = self._head_pairs.setdefault(columns, {})
+        if heads not in by_heads:
+            item_order, column, indptr = self.pair_structure(columns)
+            source, column_h, indptr_h = head_blocks(indptr, column, heads, columns.num_segments)
+            weight_index = item_order[source // heads] * heads + source % heads
+            by_heads[heads] = (weight_index, column_h, indptr_h)
+        return by_heads[heads]
+
+    def head_sum_structure(self, heads: int, second: Segments | None = None) -> tuple:
+        """NumPy only: ``(multiplicity, column, indptr)`` of the ``(N H, E H)`` matrix that sums
+        item ``e``'s head ``h`` into ``index[e] H + h`` (and, with ``second``, also into
+        ``second.index[e] H + h``: :func:`segment_sum_pair`'s matrix). The stored entry's
+        column ``e H + h`` is also where its weight sits in an ``(E, H)`` array's flat view;
+        ``multiplicity`` (int8, 2 for an item in the same segment of both) is None when every
+        entry is one. Built once per head count (and ``second``)."""
+        key = (second, heads)
+        if key not in self._head_sums:
+            import numpy as np
+
+            summed = (  # CSR (N, E); its columns are the items
+                self.sum_matrix(np.float64)
+                if second is None
+                else _pair_matrix(self, second, np.float64)
+            )
+            source, column_h, indptr_h = head_blocks(
+                summed.indptr, summed.indices, heads, self.num_items
+            )
+            multiplicity = None
+            if second is not None:
+                multiplicity = summed.data[source // heads].astype(np.int8)
+            self._head_sums[key] = (multiplicity, column_h, indptr_h)
+        return self._head_sums[key]
+
     def __repr__(self) -> str:
         return f"Segments(num_items={self.num_items}, num_segments={self.num_segments})"
 
@@ -187,8 +229,9 @@ def segment_sum(values: Any, segments: Segments, weights: Any = None) -> Any:
         else:  # the strict stand-in: SciPy's CSR product sums each row in that same order
             out = segments.sum_matrix(values.dtype) @ flat  # (N, F)
         return out.reshape((segments.num_segments, *values.shape[1:]))
-    dtype = values.dtype if weights is None else weights.dtype
-    return _sparse_sum(segments.sum_matrix(dtype), values, weights, segments)
+    if weights is None:
+        return _sparse_sum(segments.sum_matrix(values.dtype), values, segments)
+    return _weighted_sum(segments.head_sum_structure(weights.shape[1]), values, weights, segments)
 
 
 def segment_sum_pair(values: Any, first: Segments, second: Segments, weights: Any = None) -> Any:
@@ -202,13 +245,20 @@ def segment_sum_pair(values: Any, first: Segments, second: Segments, weights: An
     """
     if first.backend != "numpy":
         return segment_sum(values, first, weights) + segment_sum(values, second, weights)
-    dtype = values.dtype if weights is None else weights.dtype
+    if weights is None:
+        return _sparse_sum(_pair_matrix(first, second, values.dtype), values, first)
+    structure = first.head_sum_structure(weights.shape[1], second)
+    return _weighted_sum(structure, values, weights, first)
+
+
+def _pair_matrix(first: Segments, second: Segments, dtype: Any) -> Any:
+    """NumPy: CSR ``(N, E)``, the sum of both segmentations' sum matrices, built once per dtype."""
     by_dtype = first._pair_sums.setdefault(second, {})
     if dtype not in by_dtype:
         both = first.sum_matrix(dtype) + second.sum_matrix(dtype)
         both.sort_indices()
         by_dtype[dtype] = both
-    return _sparse_sum(by_dtype[dtype], values, weights, first)
+    return by_dtype[dtype]
 
 
 def _flat(values: Any, num_items: int) -> Any:
@@ -221,22 +271,25 @@ def _scaled(values: Any, weights: Any) -> Any:
     return values * weights.reshape(weights.shape + (1,) * (values.ndim - weights.ndim))
 
 
-def _sparse_sum(matrix: Any, values: Any, weights: Any, segments: Segments) -> Any:
-    """``matrix (N, E)`` times ``values`` (E, *F), per head with ``weights[:, h]`` scaling
-    the matrix's columns when given; (N, *F)."""
+def _sparse_sum(matrix: Any, values: Any, segments: Segments) -> Any:
+    """``matrix (N, E)`` times ``values`` (E, *F) -> (N, *F)."""
+    out = csr_matmul(matrix, _flat(values, segments.num_items))  # (N, F)
+    return out.reshape((segments.num_segments, *values.shape[1:]))
+
+
+def _weighted_sum(structure: tuple, values: Any, weights: Any, segments: Segments) -> Any:
+    """The head-block sum matrix of ``structure`` (:meth:`Segments.head_sum_structure`), its
+    entries ``weights[e, h]`` (times their multiplicity), times ``values (E, H, *F)``."""
     import scipy.sparse as sp
 
-    if weights is None:
-        out = csr_matmul(matrix, _flat(values, segments.num_items))  # (N, F)
-        return out.reshape((segments.num_segments, *values.shape[1:]))
-    scaled = [  # the columns are the items: scale column e by weights[e, h]
-        sp.csr_matrix(
-            (matrix.data * weights[matrix.indices, h], matrix.indices, matrix.indptr),
-            shape=matrix.shape,
-        )
-        for h in range(weights.shape[1])
-    ]
-    return csr_matmul_per_head(scaled, values)
+    multiplicity, column, indptr = structure
+    heads = weights.shape[1]
+    data = segments.xp.take(weights, column)  # (E H,): column e H + h is weights[e, h]'s flat index
+    if multiplicity is not None:
+        data *= multiplicity
+    shape = (segments.num_segments * heads, segments.num_items * heads)
+    matrix = sp.csr_matrix((data, column, indptr), shape=shape, copy=False)
+    return head_block_matmul(matrix, values)  # (N, H, *F)
 
 
 def segment_sum_backward(d_out: Any, segments: Segments) -> Any:
@@ -340,8 +393,9 @@ def segment_softmax(scores: Any, segments: Segments) -> Any:
     a constant shift, so the backward does not differentiate through it.
     """
     # The max alone: the argmax of segment_max costs 4x more and is not needed here.
-    maxima, _, positions = _running_maxima(scores, segments)  # (N*F,), (E, F)
-    shifted = scores - maxima[positions].reshape(scores.shape)  # (E, *F), <= 0
+    maxima, _, _ = _running_maxima(scores, segments)  # (N*F,)
+    maxima = maxima.reshape((segments.num_segments, *scores.shape[1:]))  # (N, *F)
+    shifted = scores - gather(maxima, segments)  # (E, *F), <= 0
     exponentials = segments.xp.exp(shifted)  # (E, *F), <= 1
     denominators = segment_sum(exponentials, segments)  # (N, *F), >= 1 where non-empty
     return exponentials / gather(denominators, segments)

@@ -42,6 +42,8 @@ __all__ = [
     "get_activation",
     "leaky_relu",
     "leaky_relu_backward",
+    "negative_part",
+    "positive_part",
     "select_by_mask",
     "sigmoid",
 ]
@@ -76,9 +78,9 @@ class ReLU:
     """
 
     def forward(self, params: dict[str, Any], x: Any) -> tuple[Any, SignCache]:
-        xp = check_input(x)
+        check_input(x)
         positive = x > 0  # (*S,) bool
-        return xp.maximum(x, 0), SignCache(positive, x.dtype)
+        return positive_part(x), SignCache(positive, x.dtype)
 
     def backward(
         self, params: dict[str, Any], cache: SignCache, d_y: Any
@@ -131,15 +133,21 @@ class ELU:
 
     def forward(self, params: dict[str, Any], x: Any) -> tuple[Any, ELUCache]:
         xp = check_input(x)
-        negative_part = self.alpha * xp.expm1(xp.minimum(x, 0))  # (*S,), expm1: exact near 0
-        return xp.maximum(x, 0) + negative_part, ELUCache(x)  # one of the two terms is 0
+        below = negative_part(x)  # (*S,) min(x, 0)
+        xp.expm1(below, out=below)  # expm1: exact near 0
+        below *= self.alpha
+        y = positive_part(x)
+        y += below  # one of the two terms is 0
+        return y, ELUCache(x)
 
     def backward(
         self, params: dict[str, Any], cache: ELUCache, d_y: Any
     ) -> tuple[Any, dict[str, Any]]:
         x = cache.x
         xp = check_cotangent(d_y, x.shape, x.dtype, x)
-        slope = self.alpha * xp.exp(xp.minimum(x, 0))  # (*S,), = alpha at x = 0
+        slope = negative_part(x)  # (*S,) min(x, 0)
+        xp.exp(slope, out=slope)
+        slope *= self.alpha  # = alpha at x = 0
         return d_y * select_by_mask(x > 0, 1.0, slope, d_y.dtype), {}
 
 
@@ -203,6 +211,21 @@ def leaky_relu_backward(positive: Any, d_y: Any, negative_slope: float) -> Any:
     d_x = select_by_mask(positive, 1.0, negative_slope, d_y.dtype)
     d_x *= d_y
     return d_x
+
+
+def positive_part(x: Any) -> Any:
+    """``max(x, 0)`` elementwise (NaN stays NaN), into a fresh zeroed array: NumPy runs
+    ``maximum`` with a scalar operand in a loop several times slower than with two arrays."""
+    xp = get_array_module(x)
+    zeros = xp.zeros(x.shape, dtype=x.dtype)
+    return xp.maximum(x, zeros, out=zeros)
+
+
+def negative_part(x: Any) -> Any:
+    """``min(x, 0)`` elementwise (NaN stays NaN), as :func:`positive_part`."""
+    xp = get_array_module(x)
+    zeros = xp.zeros(x.shape, dtype=x.dtype)
+    return xp.minimum(x, zeros, out=zeros)
 
 
 def select_by_mask(positive: Any, if_positive: Any, otherwise: Any, dtype: Any) -> Any:

@@ -8,8 +8,15 @@ adjoint to each other in the per-head vector:
     sum_per_head(coefficients, values)  g[h, c]  = sum_m coefficients[m, h] * values[m, h, c]
                                         (M, H), (M, H, C) -> (H, C)
 
-so ``d vectors = sum_per_head(d_s, values)`` and ``d values = d_s[..., None] * vectors``.
-Both run as one matrix-vector product per head (``matmul`` on the head-major
+so ``d vectors = sum_per_head(d_s, values)`` and ``d values = scale_per_head(d_s, vectors)``,
+``d_s[..., None] * vectors`` (repeated over the channels first: NumPy runs a broadcast
+over the last axis in inner loops of ``C`` elements, several times slower).
+A third pairs two arrays row by row (the aggregation's coefficient gradient):
+
+    dot_channels(a, b)                  d[m, h]  = sum_c a[m, h, c] * b[m, h, c]
+                                        (M, H, C), (M, H, C) -> (M, H)
+
+All run as one matrix-vector product per head (``matmul`` on the head-major
 view, which BLAS takes without a copy) rather than ``einsum``, which does not
 call BLAS for this contraction. The sums run in a
 different order than ``einsum``'s, so the two differ by rounding only.
@@ -21,7 +28,7 @@ from typing import Any
 
 from refimpl.backend import get_array_module
 
-__all__ = ["dot_per_head", "sum_per_head"]
+__all__ = ["dot_channels", "dot_per_head", "scale_per_head", "sum_per_head"]
 
 
 def dot_per_head(values: Any, vectors: Any) -> Any:
@@ -38,3 +45,24 @@ def sum_per_head(coefficients: Any, values: Any) -> Any:
     xp = get_array_module(coefficients, values)
     by_head = xp.matmul(coefficients.T[:, None, :], values.transpose(1, 0, 2))  # (H, 1, C)
     return by_head[:, 0, :]
+
+
+def scale_per_head(coefficients: Any, vectors: Any) -> Any:
+    """``(M, H, C)``: ``coefficients[m, h] * vectors[h, c]``, ``coefficients (M, H)``,
+    ``vectors (H, C)`` (the adjoint of :func:`dot_per_head` in its values)."""
+    xp = get_array_module(coefficients, vectors)
+    (rows, heads), channels = coefficients.shape, vectors.shape[1]
+    repeated = xp.repeat(coefficients, channels, axis=1).reshape(rows, heads, channels)
+    if repeated.dtype != xp.result_type(repeated, vectors):
+        return repeated * vectors
+    return xp.multiply(repeated, vectors, out=repeated)
+
+
+def dot_channels(a: Any, b: Any) -> Any:
+    """``(M, H)``: per row and head, ``a``'s and ``b``'s channels ``(M, H, C)`` dotted: their
+    product summed over the channels by one product with a vector of ones (``einsum`` and a
+    sum over a short last axis both walk it in short, slow inner loops)."""
+    xp = get_array_module(a, b)
+    rows, heads, channels = a.shape
+    products = xp.multiply(a, b).reshape(rows * heads, channels)  # (M H, C)
+    return (products @ xp.ones(channels, dtype=products.dtype)).reshape(rows, heads)

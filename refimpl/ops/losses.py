@@ -31,9 +31,11 @@ __all__ = [
 class CrossEntropyCache(NamedTuple):
     """What :meth:`SoftmaxCrossEntropy.backward` reads."""
 
-    probs: Any  # (N, K) softmax(logits)
-    one_hot: Any  # (N, K) bool, the label of each row (all False outside the mask)
-    weight: Any  # (N,) mask / count, in the logits' dtype
+    probs: Any  # (M, K) softmax of the M selected rows' logits
+    one_hot: Any  # (M, K) bool, the label of each selected row
+    weight: Any  # (M,) 1 / M, in the logits' dtype
+    rows: Any  # (M,) the selected rows' indices
+    shape: tuple[int, int]  # (N, K), the logits'
 
 
 class BCEWithLogitsCache(NamedTuple):
@@ -52,7 +54,8 @@ class SoftmaxCrossEntropy:
     ``z - max(z) - log(sum(exp(z - max(z))))`` (log-sum-exp, stable for logits of
     any size: every exponent is <= 0). ``mask=None`` selects every row.
 
-    Cache: :class:`CrossEntropyCache` (softmax output, one-hot labels, row weights).
+    Only the masked rows are read: the cache (:class:`CrossEntropyCache`) holds their softmax
+    output, one-hot labels, weights and indices.
     Backward: ``d_logits = d_loss * (softmax - one_hot) / count`` on masked rows,
     0 elsewhere.
 
@@ -91,17 +94,21 @@ class SoftmaxCrossEntropy:
                 f"labels of masked rows must lie in [0, K) = [0, {num_classes}), got values in "
                 f"[{int(chosen.min())}, {int(chosen.max())}]; check the number of classes"
             )
+        # F0 the M masked rows: nothing else is read (their gradient is zero)
+        rows = xp.flatnonzero(selected)  # (M,)
+        logits, weight = logits[rows], weight[rows]  # (M, K), (M,)
         # F1 log softmax by log-sum-exp
-        maxima = logits.max(axis=1, keepdims=True)  # (N, 1)
-        shifted = logits - maxima  # (N, K), <= 0
-        log_norm = xp.log(xp.exp(shifted).sum(axis=1, keepdims=True))  # (N, 1), in [0, log K]
-        log_probs = shifted - log_norm  # (N, K)
-        # F2 pick each masked row's label column (unmasked rows pick nothing)
-        one_hot = (xp.arange(num_classes)[None, :] == labels[:, None]) & selected[:, None]  # (N, K)
-        picked = xp.where(one_hot, log_probs, 0).sum(axis=1)  # (N,)
+        maxima = logits.max(axis=1, keepdims=True)  # (M, 1)
+        shifted = logits - maxima  # (M, K), <= 0
+        log_norm = xp.log(xp.exp(shifted).sum(axis=1, keepdims=True))  # (M, 1), in [0, log K]
+        log_probs = shifted - log_norm  # (M, K)
+        # F2 pick each row's label column
+        one_hot = xp.arange(num_classes)[None, :] == labels[rows][:, None]  # (M, K)
+        picked = xp.where(one_hot, log_probs, 0).sum(axis=1)  # (M,)
         # F3 negative weighted mean over the masked rows
         loss = xp.asarray((weight * -picked).sum())  # 0-d
-        return loss, CrossEntropyCache(xp.exp(log_probs), one_hot, weight)
+        shape = (num_rows, num_classes)
+        return loss, CrossEntropyCache(xp.exp(log_probs), one_hot, weight, rows, shape)
 
     def backward(
         self, params: dict[str, Any], cache: CrossEntropyCache, d_loss: Any
@@ -109,11 +116,14 @@ class SoftmaxCrossEntropy:
         d_loss = check_scalar_cotangent(d_loss, cache.probs)
         xp = get_array_module(cache.probs)
         # B3 (of F3) d picked = -d_loss * weight
-        d_picked = -(d_loss * cache.weight)  # (N,)
-        # B2 (of F2) scatter into the label column: adjoint of the masked pick
-        d_log_probs = xp.where(cache.one_hot, d_picked[:, None], 0)  # (N, K)
+        d_picked = -(d_loss * cache.weight)  # (M,)
+        # B2 (of F2) scatter into the label column: adjoint of the pick
+        d_log_probs = xp.where(cache.one_hot, d_picked[:, None], 0)  # (M, K)
         # B1 (of F1) log softmax backward: g - softmax * sum(g) (max and log-sum-exp shift rows)
-        d_logits = d_log_probs - cache.probs * d_log_probs.sum(axis=1, keepdims=True)  # (N, K)
+        d_selected = d_log_probs - cache.probs * d_log_probs.sum(axis=1, keepdims=True)  # (M, K)
+        # B0 (of F0) the masked rows receive it, the others zero (N, K)
+        d_logits = xp.zeros(cache.shape, dtype=d_selected.dtype)
+        d_logits[cache.rows] = d_selected
         return d_logits, {}
 
 

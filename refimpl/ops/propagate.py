@@ -13,44 +13,45 @@ Forward and backward side by side:
     B1  d_w = sum_c d_messages * gather(h, src)            (E, H)
         d_h = segment_sum(d_messages * w[..., None], src)  (N, H, C)
 
-On NumPy the forward never materialises the ``(E, H, C)`` messages: per head,
-``A_h @ h_h`` with a ``scipy.sparse`` CSR matrix whose structure is built once
-per graph. The backward needs ``d_messages`` anyway (for ``d_w``); for ``d_h``
-the per-head products ``A_h^T @ d_out_h`` read strided per-head slices, which
-pays off only for one head or wide heads, so otherwise it reuses
-``d_messages`` (B1 as written: one segment-sum product over all ``H * C``
-columns). ``scripts/bench_propagate.py`` measures both against the literal
-steps (figures in the benchmark docs). Other backends run the steps literally.
+On NumPy neither direction forms the ``(E, H, C)`` messages' sums edge by edge:
+all heads' ``A_h`` sit in one block matrix ``(N H, N H)``
+(:func:`refimpl.kernels.csr.head_blocks`, structure built once per graph and head
+count), so F1-F2 is one CSR product with ``h`` read as ``(N H, C)``, and ``d_h`` in
+B1 one product with the block matrix of the ``A_h^T`` (built directly in CSR, no
+transpose). Each output row is summed in the order of the literal B1/F2 sums.
+``d_w`` needs the gathered ``d_messages`` and ``h_u`` anyway; it is their product
+summed over channels by one matrix-vector product, not ``einsum`` (which does not
+use BLAS for it). ``scripts/bench_propagate.py`` measures the products against
+the literal steps (figures in the benchmark docs). Other backends run the steps
+literally.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from refimpl.kernels.csr import csr_matmul_per_head
+from refimpl.kernels.csr import head_block_matmul
 from refimpl.kernels.segment import Segments, gather, segment_sum
+from refimpl.ops.heads import dot_channels
 
-__all__ = ["head_matrices", "propagate", "propagate_backward"]
-
-_WIDE_HEAD = 32  # channels per head from which per-head sparse products win in the backward
+__all__ = ["propagate", "propagate_backward", "propagation_matrix"]
 
 
-def head_matrices(weights: Any, rows: Segments, columns: Segments) -> list[Any]:
-    """Per head, CSR ``(R, C)`` with entry ``w_e`` at ``(rows.index[e], columns.index[e])``.
+def propagation_matrix(weights: Any, rows: Segments, columns: Segments) -> Any:
+    """CSR ``(R H, C H)``: every head's ``w_eh`` at ``(rows.index[e] H + h,
+    columns.index[e] H + h)`` (:meth:`~refimpl.kernels.segment.Segments.head_pair_structure`),
+    ``weights`` (E, H); duplicates are separate entries that the product adds.
 
-    ``rows = dst, columns = src`` gives ``A_h`` (forward); ``rows = src,
-    columns = dst`` gives ``A_h^T`` directly in CSR (backward), without a
-    transpose. The structure is built once per pair of segmentations; only the
-    values change per call.
+    ``rows = dst, columns = src`` gives the ``A_h`` (forward); ``rows = src, columns = dst``
+    their transposes directly in CSR (backward). For one head it is ``A`` itself.
     """
     import scipy.sparse as sp
 
-    edge_order, column, indptr = rows.pair_structure(columns)
-    shape = (rows.num_segments, columns.num_segments)
-    return [
-        sp.csr_matrix((weights[edge_order, h], column, indptr), shape=shape, copy=False)
-        for h in range(weights.shape[1])
-    ]
+    heads = weights.shape[1]
+    weight_index, column, indptr = rows.head_pair_structure(columns, heads)
+    shape = (rows.num_segments * heads, columns.num_segments * heads)
+    data = rows.xp.take(weights, weight_index)  # flat index into (E, H)
+    return sp.csr_matrix((data, column, indptr), shape=shape)
 
 
 def propagate(h: Any, weights: Any, src: Segments, dst: Segments) -> Any:
@@ -70,9 +71,8 @@ def propagate(h: Any, weights: Any, src: Segments, dst: Segments) -> Any:
     -------
     (N, H, C) array; targets with no incoming edge get zeros.
     """
-    if src.backend == "numpy":
-        matrices = head_matrices(weights, dst, src)  # A_h, (N, N) per head
-        return csr_matmul_per_head(matrices, h)
+    if src.backend == "numpy":  # F1-F2 as one product with the A_h's block matrix
+        return head_block_matmul(propagation_matrix(weights, dst, src), h)
     messages = gather(h, src) * weights[..., None]  # F1 (E, H, C)
     return segment_sum(messages, dst)  # F2 (N, H, C)
 
@@ -84,15 +84,12 @@ def propagate_backward(
 
     ``h_edges``, if the caller already has it, is ``gather(h, src)`` (E, H, C).
     """
-    xp = src.xp
     if h_edges is None:
         h_edges = gather(h, src)  # (E, H, C)
     d_messages = gather(d_out, dst)  # B2 (E, H, C)
-    d_weights = xp.einsum("ehc,ehc->eh", d_messages, h_edges)  # B1 (E, H)
-    heads, channels = d_out.shape[1:]
-    if src.backend == "numpy" and (heads == 1 or channels >= _WIDE_HEAD):
-        transposed = head_matrices(weights, src, dst)  # A_h^T, (N, N) per head
-        d_h = csr_matmul_per_head(transposed, d_out)
+    d_weights = dot_channels(d_messages, h_edges)  # B1 (E, H)
+    if src.backend == "numpy":  # the A_h^T's block matrix, (N H, N H)
+        d_h = head_block_matmul(propagation_matrix(weights, src, dst), d_out)
     else:
         d_h = segment_sum(d_messages * weights[..., None], src)  # B1 (N, H, C)
     return d_h, d_weights

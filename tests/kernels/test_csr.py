@@ -1,5 +1,6 @@
 """csr_matmul: row blocks on threads give exactly the single product, whatever the split,
-through SciPy's kernel into one output or each block's own product (the fallback)."""
+through SciPy's kernel into one output or each block's own product (the fallback); the
+head-block product gives exactly each head's own product."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from refimpl.kernels import csr
-from refimpl.kernels.csr import csr_matmul, csr_matmul_per_head
+from refimpl.kernels.csr import csr_matmul
 from tests.strategies import seeds
 
 
@@ -61,13 +62,33 @@ def test_a_boolean_operand_is_read_as_zero_one() -> None:
     np.testing.assert_array_equal(csr_matmul(matrix, mask, threads=2, min_work=0), expected)
 
 
-@given(seed=seeds(), heads=st.integers(1, 3), features=st.sampled_from([(), (4,), (2, 3)]))
-def test_per_head_products_stack_each_heads_product(seed: int, heads: int, features: tuple) -> None:
+@given(
+    seed=seeds(),
+    rows=st.integers(0, 7),
+    columns=st.integers(1, 6),
+    stored=st.integers(0, 20),
+    heads=st.integers(1, 4),
+    features=st.sampled_from([(), (4,), (2, 3)]),
+)
+def test_the_head_block_product_is_each_heads_product(
+    seed: int, rows: int, columns: int, stored: int, heads: int, features: tuple
+) -> None:
+    """One product with the block matrix gives, bitwise, every head's own product with the
+    same pattern (duplicate entries and empty rows included)."""
     rng = np.random.default_rng(seed)
-    matrices = [sp.random(6, 5, density=0.5, format="csr", rng=rng) for _ in range(heads)]
-    dense = rng.standard_normal((5, heads, *features))
-    out = csr_matmul_per_head(matrices, dense)
-    assert out.shape == (6, heads, *features)
-    for h, matrix in enumerate(matrices):
-        expected = (matrix @ dense[:, h].reshape(5, -1)).reshape((6, *features))
+    stored = stored if rows else 0
+    row = np.sort(rng.integers(0, max(rows, 1), stored))
+    column = rng.integers(0, columns, stored)  # repeats: duplicate entries, added up
+    indptr = np.searchsorted(row, np.arange(rows + 1))
+    values = rng.standard_normal((stored, heads))  # entry p's value for head h
+    dense = rng.standard_normal((columns, heads, *features))
+    source, column_h, indptr_h = csr.head_blocks(indptr, column, heads, columns)
+    block = sp.csr_matrix(
+        (values.reshape(-1)[source], column_h, indptr_h), shape=(rows * heads, columns * heads)
+    )
+    out = csr.head_block_matmul(block, dense)
+    assert out.shape == (rows, heads, *features)
+    for h in range(heads):
+        one = sp.csr_matrix((values[:, h], column, indptr), shape=(rows, columns))
+        expected = (one @ dense[:, h].reshape(columns, -1)).reshape((rows, *features))
         np.testing.assert_array_equal(out[:, h], expected)

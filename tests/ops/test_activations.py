@@ -17,6 +17,8 @@ from refimpl.ops.activations import (
     LeakyReLU,
     ReLU,
     get_activation,
+    negative_part,
+    positive_part,
 )
 from refimpl.testing import FORWARD_RTOL, GRADCHECK_RTOL, check_gradients, max_relative_error
 from tests.backends import DEVICE_BACKENDS
@@ -198,3 +200,19 @@ def test_backward_rejects_bad_cotangent(block):
 def test_config_rejects_non_finite_coefficients(make):
     with pytest.raises(ValueError, match=r"must be a finite real number"):
         make()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_positive_and_negative_parts_are_maximum_and_minimum_with_zero_bit_for_bit(
+    dtype: type,
+) -> None:
+    """The same bits as ``maximum(x, 0)`` and ``minimum(x, 0)``, signed zeros, infinities and
+    NaN included (they only avoid NumPy's slow scalar-operand loop)."""
+    special = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 3.5, -2.25]
+    x = np.concatenate([special, np.random.default_rng(0).standard_normal(101)]).astype(dtype)
+    x = x.reshape(2, -1)  # any shape
+    bits = np.int32 if dtype == np.float32 else np.int64
+    for fast, reference in ((positive_part, np.maximum), (negative_part, np.minimum)):
+        got, want = fast(x), reference(x, 0)
+        assert got.dtype == x.dtype and got.shape == x.shape
+        np.testing.assert_array_equal(got.view(bits), want.view(bits))

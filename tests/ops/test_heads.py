@@ -1,4 +1,5 @@
-"""Per-head contractions: against a loop, as each other's adjoint, on the strict backend."""
+"""Per-head contractions: against a loop, as each other's adjoint, on the strict backend; the
+per-head scaling exactly as the broadcast it replaces; channel dots against a loop."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from refimpl.backend import to_numpy
-from refimpl.ops.heads import dot_per_head, sum_per_head
+from refimpl.ops.heads import dot_channels, dot_per_head, scale_per_head, sum_per_head
 from refimpl.testing import max_relative_error
 from refimpl.testing import strict as strict_xp
 from refimpl.testing.tolerances import FORWARD_RTOL
@@ -66,3 +67,42 @@ def test_strict_backend_matches_numpy(shape: tuple, seed: int) -> None:
         max_relative_error(to_numpy(sum_per_head(c_s, v_s)), sum_per_head(coefficients, values))
         <= RTOL64
     )
+
+
+@given(
+    shape=SHAPES,
+    seed=seeds(),
+    dtypes=st.sampled_from([(np.float32,) * 2, (np.float64,) * 2, (np.float32, np.float64)]),
+)
+def test_scale_per_head_is_the_broadcast_product_exactly(
+    shape: tuple, seed: int, dtypes: tuple
+) -> None:
+    """The adjoint of dot_per_head in its values: the same products as the broadcast, bitwise,
+    in the promoted dtype (float32 coefficients with float64 vectors give float64)."""
+    rng = np.random.default_rng(seed)
+    coefficients = rng.standard_normal(shape[:2]).astype(dtypes[0])
+    vectors = rng.standard_normal(shape[1:]).astype(dtypes[1])
+    scaled = scale_per_head(coefficients, vectors)
+    expected = coefficients[..., None] * vectors
+    assert scaled.dtype == expected.dtype
+    np.testing.assert_array_equal(scaled, expected)
+    # adjoint: <dot_per_head(values, vectors), c> = <values, scale_per_head(c, vectors)>
+    values = rng.standard_normal(shape)
+    left = np.vdot(dot_per_head(values, vectors.astype(float)), coefficients)
+    right = np.vdot(values, scale_per_head(coefficients.astype(float), vectors.astype(float)))
+    scale = np.abs(values).sum() * np.abs(vectors).max() * np.abs(coefficients).max(initial=0)
+    assert abs(left - right) <= RTOL64 * scale
+
+
+@given(shape=SHAPES, seed=seeds(), strict=st.booleans())
+def test_dot_channels_matches_a_loop(shape: tuple, seed: int, strict: bool) -> None:
+    rng = np.random.default_rng(seed)
+    a, b = rng.standard_normal(shape), rng.standard_normal(shape)
+    expected = np.array(
+        [[math.fsum(a[m, h] * b[m, h]) for h in range(shape[1])] for m in range(shape[0])]
+    ).reshape(shape[:2])
+    got = dot_channels(*(strict_xp.asarray(v) for v in (a, b))) if strict else dot_channels(a, b)
+    got = to_numpy(got)
+    assert got.shape == shape[:2]
+    scale = (np.abs(a) * np.abs(b)).sum(axis=2)  # the size of the terms that cancel
+    assert np.all(np.abs(got - expected) <= RTOL64 * scale)

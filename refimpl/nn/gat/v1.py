@@ -36,7 +36,7 @@ from refimpl.nn.lipschitz.neighbourhood_norm import (
     neighbour_lipschitz_norm_backward,
 )
 from refimpl.ops.activations import leaky_relu, leaky_relu_backward
-from refimpl.ops.heads import dot_per_head, sum_per_head
+from refimpl.ops.heads import dot_per_head, scale_per_head, sum_per_head
 
 __all__ = ["ScoreCache", "scores", "scores_backward"]
 
@@ -111,10 +111,10 @@ def scores_backward(
     }
     for name, d_through_norm in d_att.items():
         d_params[name] += d_through_norm
-    d_h_src = d_h_src + d_score_src[..., None] * params["att_src"]
-    d_h_dst = d_score_dst[..., None] * params["att_dst"]
+    d_h_src = d_h_src + scale_per_head(d_score_src, params["att_src"])
+    d_h_dst = scale_per_head(d_score_dst, params["att_dst"])
     d_h_edge = None
     if h_edge is not None:  # the edge's own term: att_edge and W_e a_e
         d_params["att_edge"] = sum_per_head(d_pre, h_edge)
-        d_h_edge = d_pre[..., None] * params["att_edge"]
+        d_h_edge = scale_per_head(d_pre, params["att_edge"])
     return d_h_src, d_h_dst, d_h_edge, d_params

@@ -46,6 +46,7 @@ from refimpl.nn.lipschitz.neighbourhood_norm import (
     neighbour_lipschitz_norm,
     neighbour_lipschitz_norm_backward,
 )
+from refimpl.ops.activations import positive_part
 from refimpl.ops.heads import dot_per_head
 
 __all__ = ["ScoreCache", "scores", "scores_backward"]
@@ -73,7 +74,6 @@ def scores(
     """``e`` (E, H) from ``h_src = W_s x`` and ``h_dst = W_t x`` (N, H, C; the same array
     when the weights are shared) and, with edge features, their projection ``h_edge = W_e a``
     (E, H, C); and what the backward reads."""
-    xp = get_array_module(h_src)
     # F2 W_s h_u + W_t h_v (+ W_e a_uv) per edge (E, H, C)
     h_src_edges = gather(h_src, src)
     pre = gather(h_dst, dst)
@@ -83,7 +83,7 @@ def scores(
     # F3 relu(pre) (E, H, C) and g = h . att per node (N, H); F4 the score (E, H)
     slope = negative_slope
     positive = pre > 0
-    e = dot_per_head(xp.maximum(pre, 0), params["att"])
+    e = dot_per_head(positive_part(pre), params["att"])
     e *= 1 - slope
     node_scores_src = dot_per_head(h_src, params["att"])  # g (N, H)
     node_scores_dst = node_scores_src if h_dst is h_src else dot_per_head(h_dst, params["att"])

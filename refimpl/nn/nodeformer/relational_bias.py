@@ -19,7 +19,7 @@ import numpy as np
 from refimpl.backend import asarray, backend_name, get_array_module, to_numpy
 from refimpl.graph import Graph
 from refimpl.kernels.csr import csr_matmul
-from refimpl.ops.propagate import head_matrices, propagate
+from refimpl.ops.propagate import propagate, propagation_matrix
 
 __all__ = [
     "Operator",
@@ -126,7 +126,11 @@ def _operator(graph: Graph, xp: Any, dtype: Any) -> Operator:
     key = np.dtype(dtype).str
     if key not in by_dtype:
         src, dst = graph.src_segments(xp), graph.dst_segments(xp)
-        by_dtype[key] = (head_matrices(weights, dst, src)[0], head_matrices(weights, src, dst)[0])
+        forward, transposed = (
+            propagation_matrix(weights, dst, src),
+            propagation_matrix(weights, src, dst),
+        )
+        by_dtype[key] = (forward, transposed)
     return Operator(graph, weights, by_dtype[key])
 
 
