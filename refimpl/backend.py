@@ -193,6 +193,8 @@ def _owner(array: Any) -> str | None:
 def is_array(array: Any) -> bool:
     """True for a dense array of any backend (``numpy.ndarray``, ``cupy.ndarray``, strict);
     False for a sparse matrix (:func:`is_sparse`)."""
+    if type(array) is np.ndarray:  # the common case, without the owner lookup
+        return True
     return _owner(array) is not None and not is_sparse(array)
 
 
@@ -203,6 +205,8 @@ def get_array_module(*arrays: Any) -> ModuleType:
     global backend's module is returned. Arrays of two different backends are an
     error: nothing is moved between host and device behind the caller's back.
     """
+    if arrays and all(type(array) is np.ndarray for array in arrays):  # the common case
+        return np
     owners = {owner for owner in map(_owner, arrays) if owner is not None}
     if len(owners) > 1:
         raise TypeError(

@@ -47,6 +47,7 @@ from refimpl.kernels.csr import csr_matmul, head_block_matmul, head_blocks
 from refimpl.kernels.device_sums import row_sums_in_order
 
 __all__ = [
+    "CACHED_POSITIONS",
     "Segments",
     "gather",
     "gather_backward",
@@ -60,6 +61,9 @@ __all__ = [
     "segment_sum_backward",
     "segment_sum_pair",
 ]
+
+
+CACHED_POSITIONS = 1 << 21  # Segments.flat_positions kept up to this many entries (16 MB)
 
 
 class Segments:
@@ -89,6 +93,7 @@ class Segments:
         # NumPy only: the head-block structures (head_blocks) of those matrices, by head count
         self._head_pairs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._head_sums: dict[tuple[Any, int], Any] = {}  # (None or second, H) -> structure
+        self._positions: dict[int, Any] = {}  # F -> flat_positions(F), on small graphs
 
     @property
     def num_items(self) -> int:
@@ -155,6 +160,18 @@ class Segments:
             cached = (item_order, column, structure.indptr.astype(index_type))
             self._structures[columns] = cached
         return cached
+
+    def flat_positions(self, num_features: int) -> Any:
+        """``(E, F)``: the position of item ``e``'s feature ``f`` in a flattened ``(N F)`` array
+        (where ``segment_max`` writes it). Kept per ``F`` up to :data:`CACHED_POSITIONS`
+        entries: every softmax of a training step asks again, and on a small graph the
+        arithmetic is a noticeable share of it."""
+        positions = self._positions.get(num_features)
+        if positions is None:
+            positions = self.index[:, None] * num_features + self.xp.arange(num_features)
+            if positions.size <= CACHED_POSITIONS:
+                self._positions[num_features] = positions
+        return positions
 
     def head_pair_structure(self, columns: Segments, heads: int) -> tuple[Any, Any, Any]:
         """NumPy only: :meth:`pair_structure` for ``heads`` heads in one matrix
@@ -300,12 +317,6 @@ def segment_sum_backward(d_out: Any, segments: Segments) -> Any:
 scatter_add = segment_sum  # the same operation, under the name used for gradients
 
 
-def _flat_positions(segments: Segments, num_features: int) -> Any:
-    """Position of item ``e``, feature ``f`` in a flattened (N * F) array, (E, F)."""
-    xp = segments.xp
-    return segments.index[:, None] * num_features + xp.arange(num_features)
-
-
 def _running_maxima(values: Any, segments: Segments) -> tuple[Any, Any, Any]:
     """Per-segment maxima, flattened: ``(maxima (N*F,), values (E, F), positions (E, F))``.
 
@@ -314,7 +325,7 @@ def _running_maxima(values: Any, segments: Segments) -> tuple[Any, Any, Any]:
     xp = segments.xp
     flat = values.reshape(segments.num_items, math.prod(values.shape[1:]))  # (E, F); F explicit
     num_features = flat.shape[1]  # for E = 0
-    positions = _flat_positions(segments, num_features)  # (E, F)
+    positions = segments.flat_positions(num_features)  # (E, F)
     size = segments.num_segments * num_features
     if segments.backend == "numpy":
         maxima = xp.full(size, -xp.inf, dtype=values.dtype)

@@ -495,3 +495,17 @@ def test_the_backend_below_does_not_re_export_the_primitives():
     for name in ["Segments", "gather", "scatter_add", "segment_max", "segment_softmax"]:
         assert not hasattr(backend, name)
     assert ops.scatter_add is ops.segment_sum
+
+
+@pytest.mark.parametrize("cap", [0, ops.CACHED_POSITIONS])
+def test_flat_positions_are_kept_only_up_to_the_cap(
+    cap: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The positions every softmax reads are index * F + f, kept per F on small graphs and
+    made afresh (the same values) beyond the cap."""
+    monkeypatch.setattr(ops, "CACHED_POSITIONS", cap)
+    segments = Segments(np.array([2, 0, 2, 1]), 3)
+    first, again = segments.flat_positions(3), segments.flat_positions(3)
+    np.testing.assert_array_equal(first, [[6, 7, 8], [0, 1, 2], [6, 7, 8], [3, 4, 5]])
+    np.testing.assert_array_equal(again, first)
+    assert (again is first) == (cap > 0)
