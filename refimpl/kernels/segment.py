@@ -145,19 +145,18 @@ class Segments:
     def pair_structure(self, columns: Segments) -> tuple[Any, Any, Any]:
         """NumPy only: ``(item_order, column, indptr)``, the CSR structure of the ``(N, N')``
         matrices whose item ``e`` sits at ``(index[e], columns.index[e])``, built once per
-        ``columns``: items grouped by this segmentation (:meth:`sum_matrix`'s order), their
+        ``columns``: items grouped by this segmentation (:meth:`csr_structure`), their
         columns, and the row pointers. ``column`` and ``indptr`` are int32 where they fit, so
         SciPy takes them without scanning them for a narrower index type on every call."""
         cached = self._structures.get(columns)
         if cached is None:
             import numpy as np
 
-            structure = self.sum_matrix(np.float64)  # CSR (N, E)
-            item_order = structure.indices  # (E,)
+            item_order, indptr = self.csr_structure()  # (E,), (N + 1,)
             fits = max(self.num_items, columns.num_segments) < 2**31
             index_type = np.int32 if fits else np.int64
             column = columns.index[item_order].astype(index_type)  # (E,) in CSR order
-            cached = (item_order, column, structure.indptr.astype(index_type))
+            cached = (item_order, column, indptr.astype(index_type))
             self._structures[columns] = cached
         return cached
 
@@ -179,6 +178,8 @@ class Segments:
         ``(N H, N' H)`` matrix with item ``e``'s head ``h`` at ``(index[e] H + h,
         columns.index[e] H + h)``; ``weight_index`` (E H,) picks each stored entry from an
         ``(E, H)`` array's flat view. Built once per ``columns`` and head count."""
+        if heads == 1:  # the pattern itself: no second copy of it
+            return self.pair_structure(columns)
         by_heads = self._head_pairs.setdefault(columns, {})
         if heads not in by_heads:
             item_order, column, indptr = self.pair_structure(columns)
@@ -198,17 +199,15 @@ class Segments:
         if key not in self._head_sums:
             import numpy as np
 
-            summed = (  # CSR (N, E); its columns are the items
-                self.sum_matrix(np.float64)
-                if second is None
-                else _pair_matrix(self, second, np.float64)
-            )
-            source, column_h, indptr_h = head_blocks(
-                summed.indptr, summed.indices, heads, self.num_items
-            )
+            if second is None:  # CSR (N, E); its columns are the items
+                (item_order, indptr), counts = self.csr_structure(), None
+            else:
+                summed = _pair_matrix(self, second, np.float32)
+                item_order, indptr, counts = summed.indices, summed.indptr, summed.data
+            source, column_h, indptr_h = head_blocks(indptr, item_order, heads, self.num_items)
             multiplicity = None
-            if second is not None:
-                multiplicity = summed.data[source // heads].astype(np.int8)
+            if counts is not None:
+                multiplicity = counts[source // heads].astype(np.int8)
             self._head_sums[key] = (multiplicity, column_h, indptr_h)
         return self._head_sums[key]
 

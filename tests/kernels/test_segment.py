@@ -509,3 +509,13 @@ def test_flat_positions_are_kept_only_up_to_the_cap(
     np.testing.assert_array_equal(first, [[6, 7, 8], [0, 1, 2], [6, 7, 8], [3, 4, 5]])
     np.testing.assert_array_equal(again, first)
     assert (again is first) == (cap > 0)
+
+
+def test_one_head_structures_are_the_pattern_itself_and_build_no_float64_matrix() -> None:
+    """Memory on large graphs: one head's block structure is the pair structure (not a second
+    copy), and neither builds a float64 sum matrix (a float32 model never reads one)."""
+    graph = Graph(np.array([[0, 1, 2, 2], [1, 2, 0, 2]]), 3)
+    src, dst = graph.src_segments(np), graph.dst_segments(np)
+    assert dst.head_pair_structure(src, 1) is dst.pair_structure(src)
+    dst.head_sum_structure(4)
+    assert not dst._sum_matrices  # the structure came from csr_structure

@@ -275,6 +275,7 @@ class NodeFormerConv:
             f = self._relational.gate(params["b_rel"])  # (r, H)
             d_f = self._relational.add_terms_backward(cache.operators, f, d_z, cache.v, d_v)
             d_params["b_rel"] = self._relational.gate_backward(f, d_f)
+        del d_concat, d_z  # read by nothing below: one (N, H*C) array less at the peak, B1
         # B2 (of F2) and B1 (of F1): the projections' adjoint with the folded factor s
         s = self.qk_factor
         d_x = project_backward(
