@@ -137,10 +137,13 @@ def run(args: argparse.Namespace) -> int:
     ):
         if len(set(values)) != len(values):
             raise ValueError(f"{flag} must be distinct, got {' '.join(map(str, values))}")
-    out = open_cli_run(args, "sweep", default_out("sweep"))
+    # a resumed run's stored options first; a new run's folder only once its data load
+    out = open_cli_run(args, "sweep", default_out("sweep")) if args.resume is not None else None
     datasets = {}  # loaded here first: bad data fails in one line before any job starts
     for name in args.datasets:
         datasets[name] = load_data(name, args)
+    out = out or open_cli_run(args, "sweep", default_out("sweep"))
+    for name in args.datasets:
         print(f"data   {datasets[name].summary()}")
     jobs = [
         {

@@ -76,16 +76,20 @@ def run(args: argparse.Namespace) -> int:
     if args.resume is None and args.model == "graph_transformer":
         # the node-level default (csbm) is no graph dataset: this model's default is stored
         args.dataset = args.dataset if "dataset" in args.explicit else "molecules"
-    out = open_cli_run(args, "train", default_out("train"))
+    # a resumed run's stored options first; a new run's folder only once its data and model
+    # load, so that a refused option or a missing file leaves no run folder behind
+    opened = args.resume is not None or args.model == "graph_transformer"
+    out = open_cli_run(args, "train", default_out("train")) if opened else None
     if args.model == "graph_transformer":
         code = run_graph(args, out)
         print(f"wrote {out}/summary.json ({time.perf_counter() - started:.1f} s)")
         return code
     dataset = load_data(args.dataset, args)
+    model = build_model(args, dataset, args.layers)
+    out = out or open_cli_run(args, "train", default_out("train"))
     print(f"data   {dataset.summary()}")
     if args.random_split is not None:
         print(f"split  random {tuple(args.random_split)} per seed s, from default_rng([s, 2])")
-    model = build_model(args, dataset, args.layers)
     print(f"model  {model}")
     config = train_config(args)
     resumed = " (resumed)" if args.resume is not None else ""

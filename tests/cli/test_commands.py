@@ -47,10 +47,29 @@ def test_train_with_sparse_features_logs_the_dense_curve(tmp_path: Path) -> None
     assert logs[1] == pytest.approx(logs[0], rel=1e-12)
 
 
-def test_sparse_features_are_for_gat(capsys: pytest.CaptureFixture) -> None:
+def test_sparse_features_are_for_gat(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
     assert main(["train", *FAST, "--model", "nodeformer", "--sparse-features"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["refimpl train: error: --sparse-features is for --model gat, not nodeformer"]
+    assert not (tmp_path / "runs").exists()  # refused before a run folder was made
+
+
+@pytest.mark.parametrize("command", ["train", "sweep"])
+def test_data_that_does_not_load_leaves_no_run_folder(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A new run's folder is made once its data loaded: a missing file is one line, and no
+    empty run folder is left where the next attempt would need --overwrite."""
+    dataset = ["--dataset", "cora"] if command == "train" else ["--datasets", "cora"]
+    out = tmp_path / "run"
+    argv = [command, *dataset, "--data-root", str(tmp_path / "none"), "--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"refimpl {command}: error: "), err
+    assert not out.exists()
 
 
 def test_train_several_seeds_writes_the_run(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -79,12 +80,18 @@ def test_overwrite_replaces_the_run_and_keeps_the_users_files(tmp_path: Path) ->
     assert json.loads((tmp_path / "run.json").read_text())["options"]["epochs"] == 2
 
 
-def test_a_folder_with_only_run_json_is_not_a_run(tmp_path: Path) -> None:
-    # A run that failed before training (say, bad data) leaves only run.json: starting again
-    # there must not need --overwrite.
-    assert main([*RUN, "--epochs", "2", "--dataset", "nope", "--out", str(tmp_path)]) == 2
-    assert [p.name for p in tmp_path.iterdir()] == ["run.json"]
-    assert main([*RUN, "--epochs", "2", "--out", str(tmp_path)]) == 0
+def test_a_failed_start_leaves_no_folder_and_only_run_json_is_not_a_run(tmp_path: Path) -> None:
+    # A run that failed before training (say, bad data) left only run.json; starting again
+    # there must not need --overwrite. Now it leaves nothing, and a folder holding only
+    # run.json (an earlier version's failed start) is still not a run.
+    out = tmp_path / "run"
+    assert main([*RUN, "--epochs", "2", "--dataset", "nope", "--out", str(out)]) == 2
+    assert not out.exists()
+    assert main([*RUN, "--epochs", "2", "--out", str(out)]) == 0
+    for path in out.iterdir():
+        if path.name != "run.json":
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    assert main([*RUN, "--epochs", "2", "--out", str(out)]) == 0
 
 
 def test_resume_with_only_epochs_equals_the_uninterrupted_run(
