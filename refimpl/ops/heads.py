@@ -11,10 +11,11 @@ adjoint to each other in the per-head vector:
 so ``d vectors = sum_per_head(d_s, values)`` and ``d values = scale_per_head(d_s, vectors)``,
 ``d_s[..., None] * vectors`` (repeated over the channels first: NumPy runs a broadcast
 over the last axis in inner loops of ``C`` elements, several times slower).
-A third pairs two arrays row by row (the aggregation's coefficient gradient):
+A third sums the channels (with two arrays multiplied first, the aggregation's
+coefficient gradient, ``d[m, h] = sum_c a[m, h, c] b[m, h, c]``):
 
-    dot_channels(a, b)                  d[m, h]  = sum_c a[m, h, c] * b[m, h, c]
-                                        (M, H, C), (M, H, C) -> (M, H)
+    sum_channels(values)                t[m, h]  = sum_c values[m, h, c]
+                                        (M, H, C) -> (M, H)
 
 All run as one matrix-vector product per head (``matmul`` on the head-major
 view, which BLAS takes without a copy) rather than ``einsum``, which does not
@@ -28,7 +29,7 @@ from typing import Any
 
 from refimpl.backend import get_array_module
 
-__all__ = ["dot_channels", "dot_per_head", "scale_per_head", "sum_per_head"]
+__all__ = ["dot_per_head", "scale_per_head", "sum_channels", "sum_per_head"]
 
 
 def dot_per_head(values: Any, vectors: Any) -> Any:
@@ -58,11 +59,11 @@ def scale_per_head(coefficients: Any, vectors: Any) -> Any:
     return xp.multiply(repeated, vectors, out=repeated)
 
 
-def dot_channels(a: Any, b: Any) -> Any:
-    """``(M, H)``: per row and head, ``a``'s and ``b``'s channels ``(M, H, C)`` dotted: their
-    product summed over the channels by one product with a vector of ones (``einsum`` and a
-    sum over a short last axis both walk it in short, slow inner loops)."""
-    xp = get_array_module(a, b)
-    rows, heads, channels = a.shape
-    products = xp.multiply(a, b).reshape(rows * heads, channels)  # (M H, C)
-    return (products @ xp.ones(channels, dtype=products.dtype)).reshape(rows, heads)
+def sum_channels(values: Any) -> Any:
+    """``(M, H)``: each row's and head's channels of ``values (M, H, C)`` summed, by one
+    product with a vector of ones (``einsum`` and ``sum`` over a short last axis both walk
+    it in short, slow inner loops)."""
+    xp = get_array_module(values)
+    rows, heads, channels = values.shape
+    flat = values.reshape(rows * heads, channels)  # (M H, C)
+    return (flat @ xp.ones(channels, dtype=values.dtype)).reshape(rows, heads)

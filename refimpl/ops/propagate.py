@@ -20,10 +20,10 @@ count), so F1-F2 is one CSR product with ``h`` read as ``(N H, C)``, and ``d_h``
 B1 one product with the block matrix of the ``A_h^T`` (built directly in CSR, no
 transpose). Each output row is summed in the order of the literal B1/F2 sums.
 ``d_w`` needs the gathered ``d_messages`` and ``h_u`` anyway; it is their product
-summed over channels by one matrix-vector product, not ``einsum`` (which does not
-use BLAS for it). ``scripts/bench_propagate.py`` measures the products against
-the literal steps (figures in the benchmark docs). Other backends run the steps
-literally.
+(in place on the gather) summed over channels by one matrix-vector product, not
+``einsum`` (which does not use BLAS for it). ``scripts/bench_propagate.py`` measures
+the products against the literal steps (figures in the benchmark docs). Other
+backends run the steps literally.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 
 from refimpl.kernels.csr import head_block_matmul
 from refimpl.kernels.segment import Segments, gather, segment_sum
-from refimpl.ops.heads import dot_channels
+from refimpl.ops.heads import sum_channels
 
 __all__ = ["propagate", "propagate_backward", "propagation_matrix"]
 
@@ -84,12 +84,15 @@ def propagate_backward(
 
     ``h_edges``, if the caller already has it, is ``gather(h, src)`` (E, H, C).
     """
+    xp = src.xp
     if h_edges is None:
         h_edges = gather(h, src)  # (E, H, C)
     d_messages = gather(d_out, dst)  # B2 (E, H, C)
-    d_weights = dot_channels(d_messages, h_edges)  # B1 (E, H)
-    if src.backend == "numpy":  # the A_h^T's block matrix, (N H, N H)
+    if src.backend == "numpy":  # B1 d_h by the A_h^T's block matrix, (N H, N H)
         d_h = head_block_matmul(propagation_matrix(weights, src, dst), d_out)
     else:
         d_h = segment_sum(d_messages * weights[..., None], src)  # B1 (N, H, C)
+    # B1 d_w = d_messages . h_u per head (E, H): the product in place on the fresh gather,
+    # which nothing reads after it
+    d_weights = sum_channels(xp.multiply(d_messages, h_edges, out=d_messages))
     return d_h, d_weights
