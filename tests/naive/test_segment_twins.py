@@ -19,8 +19,8 @@ from tests.strategies import graphs, seeds
 
 FEATURE_SHAPES = st.sampled_from([(), (3,), (2, 3)])
 HEAD_SHAPES = st.sampled_from([(1,), (2,), (3, 4)])  # (H, *F') for weighted sums
-# (H, C) for propagate: one head and wide heads take production's sparse backward, narrow
-# heads its literal one
+# (H, C) for propagate: one head, narrow heads and wide ones, all through production's
+# head-block matrix (one head: the pattern itself)
 PROPAGATE_SHAPES = st.sampled_from([(1, 3), (3, 2), (2, 32)])
 EMPTY_GRAPH = Graph(np.zeros((2, 0), dtype=np.int64), 3)  # E = 0, every segment empty
 ONE_NODE = Graph(np.array([[0, 0], [0, 0]]), 1)  # a duplicated self-loop on the only node
