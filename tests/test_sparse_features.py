@@ -23,6 +23,7 @@ from refimpl.ops.linear import Linear
 from refimpl.testing import check_gradients, relative_errors
 from refimpl.testing.tolerances import GRADCHECK_RTOL
 from refimpl.validation import NonFiniteError
+from tests.backends import DEVICE_BACKENDS
 from tests.strategies import seeds
 
 RTOL = 1e-12  # float64: a sparse product and BLAS add the same terms in other orders
@@ -136,21 +137,23 @@ def test_training_curve_equals_dense(tmp_path) -> None:
     assert max(errors.values()) <= 1e-11, errors
 
 
-def test_the_strict_stand_in_runs_sparse_features() -> None:
+@pytest.mark.parametrize("backend", DEVICE_BACKENDS)
+def test_a_device_backend_runs_sparse_features(backend: str) -> None:
+    """The strict stand-in here, and cupyx's CSR where CuPy is installed: the same outputs."""
     rng = np.random.default_rng(0)
     x = sparse_features(rng, 12, 6, 0.4)
     graph = Graph(rng.integers(0, 12, (2, 30)), 12)
     model = GAT(6, 3, 2, num_layers=2, heads=2, version="v2", dropout=0.3)
     params = model.init_params(np.random.default_rng(1))
     host = model.forward(params, x, graph, training=True, rng=np.random.default_rng(2))[0]
-    device_params = {k: asarray(v, backend="strict") for k, v in params.items()}
-    device_x = asarray(x, backend="strict")
+    device_params = {k: asarray(v, backend=backend) for k, v in params.items()}
+    device_x = asarray(x, backend=backend)
     out, cache = model.forward(
-        device_params, device_x, graph.to_backend("strict"), training=True,
+        device_params, device_x, graph.to_backend(backend), training=True,
         rng=np.random.default_rng(2),
     )  # fmt: skip
     np.testing.assert_allclose(to_numpy(out), host, rtol=1e-12, atol=1e-14)
-    d_x, _ = model.backward(device_params, cache, asarray(np.ones(out.shape), backend="strict"))
+    d_x, _ = model.backward(device_params, cache, asarray(np.ones(out.shape), backend=backend))
     assert to_numpy(d_x).shape == (12, 6)
 
 
