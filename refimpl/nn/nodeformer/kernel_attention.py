@@ -335,8 +335,10 @@ def key_features(log_weights: Any, key_exponents: Any, rows: slice, floor: Any) 
 def _mixing(coefficients: Any, query_features: Any) -> Any:
     """``P^T (K m, B)`` of a block of queries, ``P[u, (s, i)] = coef[s, u] phi_q[i, u]``:
     F10's query side, from ``coefficients (K, B)`` and ``query_features (m, B)``."""
-    mixing = get_array_module(coefficients).einsum("sb,mb->smb", coefficients, query_features)
-    samples, m, width = mixing.shape  # (K, m, B)
+    # one product per entry, broadcast along the B contiguous queries (einsum's outer
+    # product is slower)
+    mixing = coefficients[:, None, :] * query_features[None, :, :]  # (K, m, B)
+    samples, m, width = mixing.shape
     return mixing.reshape(samples * m, width)
 
 

@@ -174,7 +174,9 @@ def feature_exponent_backward(
     xp = get_array_module(x, d_exponent)
     weights = omega if scale == 1.0 else scale * omega  # (m, d)
     d_x = xp.matmul(d_exponent, weights, out=out)  # (..., m) @ (m, d) -> (..., d)
-    d_x -= (scale * scale * xp.sum(d_exponent, axis=-1, keepdims=True)) * x  # (..., 1) * (..., d)
+    # rowsum(d_a) as a product with ones: a sum over the short last axis (m) is slower
+    row_sums = d_exponent @ xp.ones(d_exponent.shape[-1], dtype=d_exponent.dtype)  # (...)
+    d_x -= (scale * scale * row_sums[..., None]) * x  # (..., 1) * (..., d)
     return d_x
 
 
