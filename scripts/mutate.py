@@ -22,8 +22,10 @@ Which tests run (:func:`relevant_tests`): the mirrored test files
 (``refimpl/nn/gat/conv.py`` -> ``tests/nn/gat/test_conv*.py``), every test file that
 imports the module (by its dotted name, a name its package re-exports from it,
 or its subpackage), and :data:`EXTRA_TESTS`, for modules whose code a test runs
-without importing it by name; for a helper no test imports (``nn/attention_common``,
-``nn/gat/v1``), the tests of the modules of its package that import it.
+without importing it by name; for a helper without a mirrored test file
+(``nn/attention_common``, ``nn/gat/v1``), also the tests of the modules of its package
+that import it (a test that imports such a helper only to patch it, as
+``tests/test_conservation.py`` does ``nn/gat/v1``, must not become its only test).
 Mirrored files run first, so most mutants die in seconds.
 
 Equivalent mutants (no test can tell them apart from the original) are listed
@@ -264,14 +266,15 @@ def relevant_tests(root: Path, path: str) -> list[str]:
             importers.append(test_file.relative_to(root).as_posix())
     extra = [t for t in EXTRA_TESTS.get(path, []) if (root / t).exists() and t not in mirrored]
     found = mirrored + extra + [t for t in importers if t not in mirrored + extra]
-    if found:
+    if mirrored:
         return found
-    # A helper no test imports: the tests of the modules of its package that import it.
+    # A helper without tests of its own (a test may still import it, to patch it): also the
+    # tests of the modules of its package that import it.
     users = []
     for module in sorted((root / parts[0]).rglob("*.py")):
         if module != root / path and dotted in imported_modules(root, module):
             users += relevant_tests(root, module.relative_to(root).as_posix())
-    return list(dict.fromkeys(users))
+    return list(dict.fromkeys(found + users))
 
 
 # -- running --------------------------------------------------------------------------------------

@@ -143,6 +143,25 @@ def test_relevant_tests_mirror_first_then_importers(mutate, tmp_path) -> None:
     ]
 
 
+def test_a_helper_a_test_only_patches_still_gets_its_users_tests(mutate, tmp_path) -> None:
+    # nn/gat/v1 has no test file of its own; once a test imported it (to patch it), that
+    # test became its only one and the GAT layer's tests stopped running on its mutants.
+    files = {
+        "pkg/__init__.py": "",
+        "pkg/helper.py": "X = 1\n",
+        "pkg/layer.py": "from pkg.helper import X\n",
+        "tests/test_layer.py": "from pkg.layer import X\n",
+        "tests/test_patches.py": "import pkg.helper\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert mutate.relevant_tests(tmp_path, "pkg/helper.py") == [
+        "tests/test_patches.py",
+        "tests/test_layer.py",
+    ]
+
+
 def test_the_sample_is_spread_round_robin(mutate) -> None:
     groups = {"b.py": [1, 2, 3], "a.py": [4, 5]}
     assert mutate._spread(groups, 4) == [4, 1, 5, 2]
