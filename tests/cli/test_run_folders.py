@@ -224,7 +224,12 @@ def test_sigint_prints_the_resume_command_and_the_checkpoint_resumes(tmp_path: P
     # A real Ctrl-C (SIGINT) to a training process: one line, exit 130, and the run resumes
     # to the same parameters as one never interrupted.
     out = tmp_path / "run"
-    code = "import sys; from refimpl.cli import main; sys.exit(main(sys.argv[1:]))"
+    # Ctrl-C's handler as a terminal's foreground job has it: a suite started in the
+    # background (`cmd &` in a script) runs with SIGINT ignored, and its children inherit that
+    code = (
+        "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "from refimpl.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
     args = [*RUN, "--epochs", "100000", "--checkpoint-every", "1", "--out", str(out)]
     process = subprocess.Popen(
         [sys.executable, "-c", code, *args],
