@@ -184,7 +184,10 @@ class Segments:
         if heads not in by_heads:
             item_order, column, indptr = self.pair_structure(columns)
             source, column_h, indptr_h = head_blocks(indptr, column, heads, columns.num_segments)
-            weight_index = item_order[source // heads] * heads + source % heads
+            # int32 as the columns where they fit: half the memory, and a faster take
+            weight_index = (item_order[source // heads] * heads + source % heads).astype(
+                column_h.dtype
+            )
             by_heads[heads] = (weight_index, column_h, indptr_h)
         return by_heads[heads]
 
