@@ -115,6 +115,13 @@ def test_the_same_text_twice_in_a_function_gives_two_ids(ops) -> None:
     assert len(flips) == 2 and flips[0].id != flips[1].id
 
 
+def write_tree(root: Path, files: dict[str, str]) -> None:
+    """A small repository: each file's path under ``root`` and its text."""
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
 def test_relevant_tests_mirror_first_then_importers(mutate, tmp_path) -> None:
     # Guards the documented mapping: mirrored files, then importers by dotted name, by a
     # name the package re-exports, or by the subpackage; a top-level import does not count.
@@ -131,9 +138,7 @@ def test_relevant_tests_mirror_first_then_importers(mutate, tmp_path) -> None:
         "tests/test_subpackage.py": "from pkg import sub\n",
         "tests/test_top.py": "import pkg\n",
     }
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
+    write_tree(tmp_path, files)
     assert mutate.relevant_tests(tmp_path, "pkg/sub/mod.py") == [
         "tests/sub/test_mod.py",
         "tests/sub/test_mod_extra.py",
@@ -153,9 +158,7 @@ def test_a_helper_a_test_only_patches_still_gets_its_users_tests(mutate, tmp_pat
         "tests/test_layer.py": "from pkg.layer import X\n",
         "tests/test_patches.py": "import pkg.helper\n",
     }
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
+    write_tree(tmp_path, files)
     assert mutate.relevant_tests(tmp_path, "pkg/helper.py") == [
         "tests/test_patches.py",
         "tests/test_layer.py",
