@@ -142,9 +142,8 @@ def run(args: argparse.Namespace) -> int:
     datasets = {}  # loaded here first: bad data fails in one line before any job starts
     for name in args.datasets:
         datasets[name] = load_data(name, args)
-    out = out or open_cli_run(args, "sweep", default_out("sweep"))
-    for name in args.datasets:
         print(f"data   {datasets[name].summary()}")
+    out = out or open_cli_run(args, "sweep", default_out("sweep"))
     jobs = [
         {
             "dataset": name,

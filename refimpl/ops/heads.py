@@ -17,10 +17,11 @@ coefficient gradient, ``d[m, h] = sum_c a[m, h, c] b[m, h, c]``):
     sum_channels(values)                t[m, h]  = sum_c values[m, h, c]
                                         (M, H, C) -> (M, H)
 
-All run as one matrix-vector product per head (``matmul`` on the head-major
-view, which BLAS takes without a copy) rather than ``einsum``, which does not
-call BLAS for this contraction. The sums run in a
-different order than ``einsum``'s, so the two differ by rounding only.
+The contractions run as matrix-vector products (``matmul`` on the head-major
+view, which BLAS takes without a copy; for ``sum_channels`` one product with a
+vector of ones) rather than ``einsum``, which does not call BLAS for them. The sums
+run in a different order than ``einsum``'s, so the two differ by rounding only;
+``scale_per_head`` has no sum and is exact.
 """
 
 from __future__ import annotations

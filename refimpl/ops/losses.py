@@ -103,7 +103,7 @@ class SoftmaxCrossEntropy:
         log_norm = xp.log(xp.exp(shifted).sum(axis=1, keepdims=True))  # (M, 1), in [0, log K]
         log_probs = shifted - log_norm  # (M, K)
         # F2 pick each row's label column
-        one_hot = xp.arange(num_classes)[None, :] == labels[rows][:, None]  # (M, K)
+        one_hot = xp.arange(num_classes)[None, :] == chosen[:, None]  # (M, K)
         picked = xp.where(one_hot, log_probs, 0).sum(axis=1)  # (M,)
         # F3 negative weighted mean over the masked rows
         loss = xp.asarray((weight * -picked).sum())  # 0-d

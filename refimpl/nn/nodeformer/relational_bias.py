@@ -126,11 +126,10 @@ def _operator(graph: Graph, xp: Any, dtype: Any) -> Operator:
     key = np.dtype(dtype).str
     if key not in by_dtype:
         src, dst = graph.src_segments(xp), graph.dst_segments(xp)
-        forward, transposed = (
-            propagation_matrix(weights, dst, src),
-            propagation_matrix(weights, src, dst),
+        by_dtype[key] = (
+            propagation_matrix(weights, dst, src),  # A
+            propagation_matrix(weights, src, dst),  # A^T, built directly in CSR
         )
-        by_dtype[key] = (forward, transposed)
     return Operator(graph, weights, by_dtype[key])
 
 
