@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from refimpl.backend import asarray, backend_name, get_array_module, is_array
+from refimpl.validation import NonFiniteError, all_finite
 
 __all__ = ["OPTIMIZERS", "SGD", "Adam", "Optimizer", "make_optimizer"]
 
@@ -288,7 +289,18 @@ def _load_state(state: Mapping[str, Any], params: Params | None, slots: tuple[st
         backend = backend_name(_check_params(params))
         loaded = {k: asarray(v, backend=backend) for k, v in loaded.items()}
     xp = get_array_module(loaded["step"])
-    loaded["step"] = xp.asarray(int(loaded["step"]), dtype=xp.int64)  # e.g. a saved Python int
+    step = loaded["step"]
+    integer = getattr(step, "shape", None) == () and step.dtype.kind in "iu"
+    if not (integer or (isinstance(step, int) and not isinstance(step, bool))):
+        raise TypeError(f"state['step'] must be an integer, got {step!r}")
+    loaded["step"] = xp.asarray(int(step), dtype=xp.int64)  # e.g. a saved Python int
     if params is not None:
         _check_state(loaded, params, slots)
+    for key, value in loaded.items():  # checked once here, not in every step
+        if key == "step" or not is_array(value):
+            continue
+        if not all_finite(value):
+            raise NonFiniteError(f"state[{key!r}] holds NaN or infinity: the state is damaged")
+        if key.startswith("v.") and bool((value < 0).any()):  # Adam: sqrt(v) of a negative
+            raise ValueError(f"state[{key!r}] holds negative second moments: the state is damaged")
     return loaded

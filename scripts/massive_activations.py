@@ -52,6 +52,7 @@ from refimpl.diagnostics import (
 from refimpl.models import GraphTransformer
 from refimpl.train import GraphTrainConfig, train_graph_model
 from refimpl.train.run_folder import write_json
+from refimpl.train.run_lock import lock_scope
 
 PE_DIM = 8  # Laplacian eigenvectors (Dwivedi & Bresson use 8 on ZINC)
 OUTPUTS = ("comparison.json", "massive_activations.png")  # what --overwrite removes too
@@ -100,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@lock_scope()  # the run folder is released as main returns (tests call it in-process)
 def main(argv: list[str] | None = None) -> dict:
     """Run the experiment; returns what ``comparison.json`` holds."""
     argv = sys.argv[1:] if argv is None else argv

@@ -45,6 +45,7 @@ from refimpl.cli.runs import (
 )
 from refimpl.train.experiment import mean_ci95
 from refimpl.train.parallel import run_jobs
+from refimpl.train.run_lock import lock_scope
 
 DEPTHS = (2, 5, 10, 20, 40)
 LR = {"sgd": {2: 0.1, 5: 0.1, 10: 0.05, 20: 0.05, 40: 0.005}, "adam": {2: 0.005, 5: 0.005}}
@@ -208,6 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@lock_scope()  # the run folder is released as main returns (tests call it in-process)
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()

@@ -53,6 +53,7 @@ from refimpl.cli.runs import (
 )
 from refimpl.train.experiment import mean_ci95
 from refimpl.train.parallel import run_jobs
+from refimpl.train.run_lock import lock_scope
 
 # LipschitzNorm Table 3 (test accuracy %, mean +- std over 5 runs), Cora columns.
 PAPER_TABLE3 = {
@@ -291,6 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@lock_scope()  # the run folder is released as main returns (tests call it in-process)
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()

@@ -5,7 +5,10 @@ answer gives one clear line."""
 from __future__ import annotations
 
 import json
+import socket
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +29,6 @@ def _records(folder: Path) -> dict[str, dict]:
     found = {}
     for path in sorted(folder.rglob("result.json")):
         record = json.loads(path.read_text())
-        record.pop("run_dir")
         found[str(path.parent.relative_to(folder))] = record
     return found
 
@@ -91,6 +93,53 @@ def test_a_scheduler_that_does_not_answer_is_one_line(
         "start one (dask scheduler) and its workers (dask worker ADDRESS), or run here with "
         "--scheduler local:N"
     ]
+
+
+@pytest.fixture
+def not_dask(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The address of a local service that answers every connection with ``request.param``."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                connection, _ = server.accept()
+            except TimeoutError:
+                continue
+            with connection:
+                connection.sendall(request.param)
+                stop.wait(3)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"tcp://127.0.0.1:{server.getsockname()[1]}"
+    stop.set()
+    thread.join()
+    server.close()
+
+
+@pytest.mark.parametrize(
+    "not_dask",
+    [b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", b"\x01" + b"\x00" * 7 + b"\x10"],
+    ids=["a web server", "a short frame"],
+    indirect=True,
+)
+def test_a_service_that_is_not_dask_is_one_line(
+    not_dask: str, tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Dask read the first bytes of another service's reply as a frame length: the CLI said
+    # "out of memory (3.07 EiB)" for a web server, and a short reply gave a struct error.
+    monkeypatch.setattr(parallel, "CONNECT_SECONDS", 2)
+    assert main([*GRID, "--scheduler", not_dask, "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert err[0].startswith(f"refimpl sweep: error: the service at {not_dask} is not a Dask")
+    # nothing ran: the folder holds no run (a rerun there needs no --overwrite)
+    assert [p.name for p in (tmp_path / "run").iterdir()] == ["run.json"]
 
 
 @pytest.mark.parametrize("value", ["local:0", "local:x"])

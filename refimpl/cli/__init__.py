@@ -20,6 +20,7 @@ from refimpl import __version__
 from refimpl.cli import crosscheck, demo, golden, plot, sweep, train
 from refimpl.cli.errors import OneLineParser, one_line
 from refimpl.cli.runs import explicit_options, interrupted_message
+from refimpl.train.run_lock import lock_scope
 
 __all__ = ["main"]
 
@@ -60,7 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.explicit = explicit_options(_parser, argv)
     prog = f"refimpl {args.command}"
     try:
-        return args.run(args)
+        with lock_scope():  # the run folders this command locks are released as it ends
+            return args.run(args)
     except KeyboardInterrupt:
         print(interrupted_message(prog, args), file=sys.stderr)
         return 130

@@ -16,7 +16,10 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from refimpl.cli.options import default_out
+from refimpl.cli.runs import open_cli_run
 from refimpl.cli.types import positive_int
+from refimpl.train.resume import data_fingerprint
 
 __all__ = ["NOT_FOR_GRAPHS", "add_graph_options", "run_graph"]
 
@@ -100,8 +103,9 @@ def build_graph_model(args: argparse.Namespace, dataset: Any) -> Any:
     )
 
 
-def run_graph(args: argparse.Namespace, out: Path) -> int:
-    """Train, one run per seed, print a line per seed and the summary; write summary.json."""
+def run_graph(args: argparse.Namespace) -> int:
+    """Load the data, open the run folder (``args.run_folder``), train one run per seed,
+    print a line per seed and the summary; write summary.json."""
     from refimpl.train import GraphTrainConfig, train_graph_model
     from refimpl.train.experiment import mean_ci95
     from refimpl.train.run_folder import write_json
@@ -110,7 +114,16 @@ def run_graph(args: argparse.Namespace, out: Path) -> int:
     dataset = _load(args)
     train, val, test = dataset.split(seed=0)
     print(f"data   {dataset.summary()}; split {len(train)}/{len(val)}/{len(test)} (seed 0)")
+    empty = [name for name, part in (("validation", val), ("test", test)) if not len(part)]
+    if empty:
+        raise ValueError(
+            f"the {len(dataset)} graphs split 80/10/10 leave the {' and '.join(empty)} split "
+            "empty: a run needs at least one graph in each; give more graphs (--graphs, or a "
+            "larger dataset)"
+        )
     model = build_graph_model(args, dataset)
+    data = {args.dataset: data_fingerprint(dataset)}
+    out = open_cli_run(args, "train", default_out("train"), data)
     print(f"model  {model}")
     runs = []
     for seed in args.seeds:

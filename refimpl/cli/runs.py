@@ -11,20 +11,24 @@ default suppressed.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from refimpl.train.run_folder import (
+    RUN_FILE,
     find_run_folder,
     merge_options,
     open_run_folder,
+    read_run_file,
     save_run_file,
 )
+from refimpl.train.run_lock import release_run_folder
 
 __all__ = [
     "OUTPUT_ONLY",
     "SCRIPT_OUTPUT_ONLY",
+    "SWEEP_OUTPUT_ONLY",
     "add_run_folder_options",
     "add_scheduler_option",
     "add_script_run_options",
@@ -32,6 +36,7 @@ __all__ = [
     "interrupted_message",
     "open_cli_run",
     "open_script_run",
+    "resume_options",
     "stored_options",
 ]
 
@@ -40,6 +45,9 @@ __all__ = [
 OUTPUT_ONLY = frozenset(
     {"epochs", "no_progress", "checkpoint_every", "data_root", "workers", "scheduler"}
 )
+# A sweep's cells finished earlier are read back whatever their length: a longer --epochs
+# would mix two grids in one table, so a resumed sweep keeps its own.
+SWEEP_OUTPUT_ONLY = OUTPUT_ONLY - {"epochs"}
 # A script's grid skips finished jobs whatever their length, so there only where the data
 # lives and how many processes run may change (a longer --epochs would mix two grids).
 SCRIPT_OUTPUT_ONLY = frozenset({"data", "workers", "scheduler"})
@@ -112,23 +120,60 @@ def _suppress_defaults(parser: argparse.ArgumentParser) -> None:
                 _suppress_defaults(sub)
 
 
-def open_cli_run(args: argparse.Namespace, command: str, default_out: Path) -> Path:
-    """Open the run folder of ``args`` (``--out``, ``--resume RUN``, ``--overwrite``); return it.
-
-    A new run stores its options in ``run.json``. A resumed run sets ``args`` to the
-    stored options, with the output-only ones the user typed (:data:`OUTPUT_ONLY`); an
-    option typed with another value than the run's is a ``ValueError`` naming both.
+def resume_options(
+    args: argparse.Namespace, command: str, output_only: frozenset[str] = OUTPUT_ONLY
+) -> Path:
+    """For ``--resume RUN``: set ``args`` to the run's stored options, with the output-only
+    ones the user typed (``output_only``); return the run's folder. Nothing is written or
+    locked yet: :func:`open_cli_run` does that once the data are loaded and known to be the
+    run's. An option typed with another value than the run's is a ``ValueError`` naming both.
     """
-    if args.resume is None:
-        folder = Path(args.out or default_out)
-    else:
-        folder = find_run_folder(args.resume)
-        if args.out is not None and Path(args.out).resolve() != folder.resolve():
-            raise ValueError(
-                f"--out {args.out} is not the folder of the run being resumed ({folder}); "
-                "drop --out, or start a new run there without --resume"
-            )
-    _open(args, command, folder, OUTPUT_ONLY, resume=args.resume is not None)
+    folder = _resumed_folder(args)
+    record = read_run_file(folder)
+    if record["command"] != command:
+        raise ValueError(
+            f"{folder} holds a '{record['command']}' run, not a '{command}' run; "
+            f"resume it with {record['command']}"
+        )
+    given = stored_options(args)
+    explicit = getattr(args, "explicit", set(given))
+    merged = merge_options(record["options"], given, explicit & set(given), output_only)
+    for name, value in merged.items():
+        setattr(args, name, value)
+    return folder
+
+
+def open_cli_run(
+    args: argparse.Namespace,
+    command: str,
+    default_out: Path,
+    data: Mapping[str, str] | None = None,
+    output_only: frozenset[str] = OUTPUT_ONLY,
+) -> Path:
+    """Lock and open the run folder of ``args`` (``--out``, ``--resume RUN``, ``--overwrite``);
+    return it.
+
+    A new run stores its options in ``run.json``; a resumed one (its options first set by
+    :func:`resume_options`) stores them merged, with ``output_only`` taken from the command
+    line. ``data`` maps each dataset of the run to its fingerprint
+    (:func:`refimpl.train.resume.data_fingerprint`), recorded in ``run.json``; a resume on
+    data whose fingerprint differs from the recorded one is refused before anything is
+    written.
+    """
+    resume = args.resume is not None
+    folder = _resumed_folder(args) if resume else Path(args.out or default_out)
+    _open(args, command, folder, output_only, resume=resume, data=data)
+    return folder
+
+
+def _resumed_folder(args: argparse.Namespace) -> Path:
+    """The folder of the run ``--resume`` names (a folder or its checkpoint)."""
+    folder = find_run_folder(args.resume)
+    if args.out is not None and Path(args.out).resolve() != folder.resolve():
+        raise ValueError(
+            f"--out {args.out} is not the folder of the run being resumed ({folder}); "
+            "drop --out, or start a new run there without --resume"
+        )
     return folder
 
 
@@ -155,18 +200,41 @@ def _open(
     *,
     resume: bool,
     outputs: Sequence[str] = (),
+    data: Mapping[str, str] | None = None,
 ) -> None:
     given = stored_options(args)
     explicit = getattr(args, "explicit", set(given))  # without a parsed command line: all
     record = open_run_folder(
         folder, command, given, resume=resume, overwrite=args.overwrite, outputs=outputs
     )
-    if resume:
-        merged = merge_options(record["options"], given, explicit & set(given), output_only)
-        for name, value in merged.items():
-            setattr(args, name, value)
-        save_run_file(folder, {**record, "options": merged})
+    try:  # the folder is locked now: every check before the one write
+        if resume:
+            merged = merge_options(record["options"], given, explicit & set(given), output_only)
+            for name, value in merged.items():
+                setattr(args, name, value)
+            _check_data(folder, record.get("data", {}), data or {})
+            record = {**record, "options": merged}
+        if data:
+            record = {**record, "data": {**record.get("data", {}), **data}}
+        if resume or data:
+            save_run_file(folder, record)
+    except BaseException:
+        release_run_folder(folder)
+        raise
     args.run_folder = folder
+
+
+def _check_data(folder: Path, recorded: Any, given: Mapping[str, str]) -> None:
+    """Each dataset the resumed run loads now has the fingerprint its ``run.json`` records."""
+    if not isinstance(recorded, dict):
+        raise ValueError(f"{folder / RUN_FILE}: 'data' is not a mapping; the run folder is damaged")
+    for name, fingerprint in given.items():
+        if name in recorded and recorded[name] != fingerprint:
+            raise ValueError(
+                f"dataset {name} differs from the one the run in {folder} trained on (SHA-256 "
+                f"{str(recorded[name])[:12]}... in its run.json, {fingerprint[:12]}... now): "
+                "resume on the run's own data, or start a new run with another --out"
+            )
 
 
 def interrupted_message(prog: str, args: argparse.Namespace) -> str:

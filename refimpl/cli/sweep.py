@@ -17,12 +17,19 @@ from refimpl.cli.options import (
     load_data,
     train_config,
 )
-from refimpl.cli.runs import add_run_folder_options, add_scheduler_option, open_cli_run
+from refimpl.cli.runs import (
+    SWEEP_OUTPUT_ONLY,
+    add_run_folder_options,
+    add_scheduler_option,
+    open_cli_run,
+    resume_options,
+)
 from refimpl.cli.types import DefaultsHelpFormatter, non_negative_int, positive_int
 from refimpl.files import atomic_write
 from refimpl.init import INITIALISERS
 from refimpl.train import TrainingDiverged, run_seeds
 from refimpl.train.parallel import run_jobs
+from refimpl.train.resume import data_fingerprint
 from refimpl.train.run_folder import write_json
 
 __all__ = ["add_parser", "format_table", "run", "sweep_cell"]
@@ -137,13 +144,14 @@ def run(args: argparse.Namespace) -> int:
     ):
         if len(set(values)) != len(values):
             raise ValueError(f"{flag} must be distinct, got {' '.join(map(str, values))}")
-    # a resumed run's stored options first; a new run's folder only once its data load
-    out = open_cli_run(args, "sweep", default_out("sweep")) if args.resume is not None else None
+    if args.resume is not None:  # the run's own options; nothing written until the data load
+        resume_options(args, "sweep", SWEEP_OUTPUT_ONLY)
     datasets = {}  # loaded here first: bad data fails in one line before any job starts
     for name in args.datasets:
         datasets[name] = load_data(name, args)
         print(f"data   {datasets[name].summary()}")
-    out = out or open_cli_run(args, "sweep", default_out("sweep"))
+    data = {name: data_fingerprint(dataset) for name, dataset in datasets.items()}
+    out = open_cli_run(args, "sweep", default_out("sweep"), data, SWEEP_OUTPUT_ONLY)
     jobs = [
         {
             "dataset": name,
@@ -160,9 +168,7 @@ def run(args: argparse.Namespace) -> int:
     options.pop("run", None)  # the command's function: not an option, and not needed there
     # cells that run in this process reuse the data; workers elsewhere load their own
     cell = functools.partial(sweep_cell, options, datasets if here else {})
-    results = run_jobs(cell, jobs, args.workers, _describe, args.scheduler)
-    by_dir = {result["run_dir"]: result for result in results}
-    cells = [by_dir[job["run_dir"]] for job in jobs]  # in grid order
+    cells = run_jobs(cell, jobs, args.workers, _describe, args.scheduler)  # in grid order
     table = format_table(cells, args.depths)
     print(table)
     write_json(out / "sweep.json", cells)

@@ -18,9 +18,15 @@ from refimpl.cli.options import (
     load_data,
     train_config,
 )
-from refimpl.cli.runs import add_run_folder_options, open_cli_run, stored_options
+from refimpl.cli.runs import (
+    add_run_folder_options,
+    open_cli_run,
+    resume_options,
+    stored_options,
+)
 from refimpl.cli.types import DefaultsHelpFormatter, non_negative_int, positive_int
 from refimpl.train import TrainingDiverged, format_summary, run_seeds
+from refimpl.train.resume import data_fingerprint
 
 __all__ = ["add_parser", "run"]
 
@@ -73,20 +79,21 @@ def _print_seed(result: Any, earlier: bool) -> None:
 
 def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
-    if args.resume is None and args.model == "graph_transformer":
+    if args.resume is not None:  # the run's own options; nothing written until the data load
+        resume_options(args, "train")
+    elif args.model == "graph_transformer":
         # the node-level default (csbm) is no graph dataset: this model's default is stored
         args.dataset = args.dataset if "dataset" in args.explicit else "molecules"
-    # a resumed run's stored options first; a new run's folder only once its data and model
-    # load, so that a refused option or a missing file leaves no run folder behind
-    opened = args.resume is not None or args.model == "graph_transformer"
-    out = open_cli_run(args, "train", default_out("train")) if opened else None
     if args.model == "graph_transformer":
-        code = run_graph(args, out)
-        print(f"wrote {out}/summary.json ({time.perf_counter() - started:.1f} s)")
+        code = run_graph(args)
+        print(f"wrote {args.run_folder}/summary.json ({time.perf_counter() - started:.1f} s)")
         return code
+    # the run folder is opened once the data and model load, so that a refused option or a
+    # missing file leaves no folder behind, and a resume on other data rewrites nothing
     dataset = load_data(args.dataset, args)
     model = build_model(args, dataset, args.layers)
-    out = out or open_cli_run(args, "train", default_out("train"))
+    data = {args.dataset: data_fingerprint(dataset)}
+    out = open_cli_run(args, "train", default_out("train"), data)
     print(f"data   {dataset.summary()}")
     if args.random_split is not None:
         print(f"split  random {tuple(args.random_split)} per seed s, from default_rng([s, 2])")

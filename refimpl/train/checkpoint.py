@@ -59,9 +59,9 @@ def load_checkpoint(
 
     Read through :func:`refimpl.files.read_npz` (plain arrays only, sizes bounded by the
     file), and every field checked: parameters are finite floating arrays, optimiser
-    entries numeric arrays, ``rng_state`` a state NumPy's generator accepts, ``progress``
-    an epoch count >= 0 with the best epoch before it. Anything else is one
-    ``ValueError`` naming the file and the field.
+    entries finite numeric arrays (``step`` a 0-d integer >= 0), ``rng_state`` a state
+    NumPy's generator accepts, ``progress`` an epoch count >= 0 with the best epoch before
+    it. Anything else is one ``ValueError`` naming the file and the field.
     """
     path = Path(path)
     arrays = read_npz(path, ValueError, _FIX_HINT, what="checkpoint")
@@ -84,6 +84,14 @@ def load_checkpoint(
     for name, value in opt_state.items():
         if value.dtype.kind not in "fiu":
             raise ValueError(f"{path}: optimiser entry {name} has dtype {value.dtype}")
+        if value.dtype.kind == "f" and not np.isfinite(value).all():
+            # Adam's moments at inf would turn the first step's update into NaN
+            raise ValueError(f"{path}: optimiser entry {name} holds NaN or infinity")
+    step = opt_state.get("step")
+    if step is not None and (step.shape != () or step.dtype.kind not in "iu" or step < 0):
+        raise ValueError(
+            f"{path}: optimiser entry step must be a 0-d integer >= 0, got {step.dtype}{step.shape}"
+        )
     rng_state = _json_field(path, arrays, "rng_state")
     try:  # NumPy checks the state's fields when it is assigned
         np.random.default_rng().bit_generator.state = rng_state
@@ -122,7 +130,8 @@ def _is_number(value: Any) -> bool:
 
 def _checked_progress(path: Path, progress: Any) -> dict[str, Any]:
     """``progress`` is ``{"epoch": int >= 0, "best": {"epoch": int, <metric>: number, ...},
-    "train_loss": number}`` with the best epoch before ``epoch`` (-1: none yet)."""
+    "train_loss": number, "data": str}`` with the best epoch before ``epoch`` (-1: none yet);
+    ``data`` (the data's fingerprint) is absent from checkpoints of earlier versions."""
     best = progress.get("best") if isinstance(progress, dict) else None
     valid = (
         isinstance(best, dict)
@@ -132,10 +141,12 @@ def _checked_progress(path: Path, progress: Any) -> dict[str, Any]:
         and _is_int(best.get("epoch"))
         and -1 <= best["epoch"] < max(progress["epoch"], 0)
         and all(_is_number(v) for k, v in best.items() if k != "epoch")
+        and isinstance(progress.get("data", ""), str)
     )
     if not valid:
         raise ValueError(
             f"{path}: progress must be {{'epoch': int >= 0, 'best': {{'epoch': int before it, "
-            f"<metric>: number, ...}}, 'train_loss': number}}, got {progress!r}"
+            f"<metric>: number, ...}}, 'train_loss': number, 'data': str (optional)}}, got "
+            f"{progress!r}"
         )
     return progress

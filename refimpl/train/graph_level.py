@@ -17,7 +17,8 @@ One epoch:
        flips, no dropout): the mean absolute error for regression, the macro
        ROC-AUC for multi-label targets
     4. model selection at the best validation metric (lowest MAE, highest AUC;
-       the first on ties), reporting the test metric there
+       the first on ties), reporting the test metric there; without validation
+       graphs, the last epoch (as the node-level loop does)
     5. one JSON line in ``log.jsonl``; a checkpoint every ``checkpoint_every``
 
 Determinism: parameters from ``default_rng([seed, 0])``; the permutations,
@@ -52,9 +53,10 @@ from refimpl.train.guards import (
     checked_step,
     loss_of_zero_output,
 )
-from refimpl.train.loop import _restore, _truncate_log
 from refimpl.train.records import strict_json
+from refimpl.train.resume import data_fingerprint, restore_checkpoint, truncate_log
 from refimpl.train.run_folder import write_json
+from refimpl.train.run_lock import run_folder_lock
 
 __all__ = ["GraphRunResult", "GraphTrainConfig", "train_graph_model"]
 
@@ -190,9 +192,27 @@ def train_graph_model(
     """Train ``model`` (a graph-level model such as ``refimpl.models.GraphTransformer``) on
     ``train``, selecting on ``val``; see the module docstring. ``out_dir`` receives
     ``log.jsonl``, ``final.npz``, ``summary.json`` and, with ``checkpoint_every``,
-    ``checkpoint.npz``, which ``resume`` continues from."""
+    ``checkpoint.npz``, which ``resume`` continues from (written training on the same
+    splits: :func:`refimpl.train.resume.data_fingerprint`). ``out_dir`` is locked for the run
+    (:func:`refimpl.train.run_lock.run_folder_lock`): another process writing it is refused."""
     if len(train) == 0:
         raise ValueError("the training split holds no graph; there is nothing to fit")
+    if out_dir is None:
+        return _train(model, (train, val, test), config, None, resume, progress)
+    with run_folder_lock(out_dir, "refimpl.train.train_graph_model"):
+        return _train(model, (train, val, test), config, Path(out_dir), resume, progress)
+
+
+def _train(
+    model: Any,
+    data: tuple[GraphDataset, GraphDataset, GraphDataset],
+    config: GraphTrainConfig,
+    out: Path | None,
+    resume: str | Path | None,
+    progress: bool,
+) -> GraphRunResult:
+    """:func:`train_graph_model`, its folder (if any) locked."""
+    train, val, test = data
     multi_label = train.task == "multilabel"
     loss_name = config.loss or ("bce" if multi_label else "l1")
     loss_block = LOSSES[loss_name]()
@@ -210,13 +230,14 @@ def train_graph_model(
     rng = np.random.default_rng([config.seed, 1])
     best = {"epoch": -1, "val": math.nan, "test": math.nan}
     start, train_loss = 0, math.nan
+    keeps_state = out is not None and config.checkpoint_every
+    fingerprint = data_fingerprint(*data) if keeps_state or resume is not None else None
     if resume is not None:
-        params, opt_state, start, best, train_loss = _restore(
-            resume, params, optimizer, rng, config.epochs
+        params, opt_state, start, best, train_loss = restore_checkpoint(
+            resume, params, optimizer, rng, config.epochs, fingerprint
         )
-    out = Path(out_dir) if out_dir is not None else None
     if out is not None:
-        _truncate_log(out, start)
+        truncate_log(out, start)
     epochs = range(start, config.epochs)
     if progress:
         from tqdm import tqdm
@@ -254,7 +275,7 @@ def train_graph_model(
             else math.nan
             for name in ("val", "test")
         }
-        if best["epoch"] < 0 or better(scores["val"], best["val"]):
+        if not len(val) or best["epoch"] < 0 or better(scores["val"], best["val"]):
             best = {"epoch": epoch, "val": scores["val"], "test": scores["test"]}
         # 5 log and checkpoint
         record = {"epoch": epoch, "train_loss": train_loss, f"val_{metric_name}": scores["val"]}
@@ -265,6 +286,7 @@ def train_graph_model(
             last = epoch + 1 == config.epochs  # a finished run can be extended from here
             if config.checkpoint_every and ((epoch + 1) % config.checkpoint_every == 0 or last):
                 state = {"epoch": epoch + 1, "best": best, "train_loss": train_loss}
+                state["data"] = fingerprint
                 save_checkpoint(out / "checkpoint.npz", params, opt_state, rng, state)
         if progress:
             epochs.set_postfix(loss=f"{train_loss:.4f}", val=f"{scores['val']:.4f}")

@@ -52,11 +52,11 @@ from refimpl.diagnostics import (
     grad_norms,
     relative_grad_norms,
 )
-from refimpl.files import atomic_write, read_npz
+from refimpl.files import read_npz
 from refimpl.metrics import accuracy, roc_auc
 from refimpl.ops.losses import BCEWithLogits, SoftmaxCrossEntropy
 from refimpl.optim import make_optimizer
-from refimpl.train.checkpoint import atomic_savez, load_checkpoint, save_checkpoint
+from refimpl.train.checkpoint import atomic_savez, save_checkpoint
 from refimpl.train.guards import (
     TrainingDiverged,
     check_gradients,
@@ -66,7 +66,9 @@ from refimpl.train.guards import (
     loss_of_zero_output,
 )
 from refimpl.train.records import strict_json
-from refimpl.train.run_folder import read_log, write_json
+from refimpl.train.resume import data_fingerprint, restore_checkpoint, truncate_log
+from refimpl.train.run_folder import write_json
+from refimpl.train.run_lock import run_folder_lock
 from refimpl.validation import all_finite
 
 __all__ = ["RunResult", "TrainConfig", "TrainingDiverged", "relative_grad_norms", "train_model"]
@@ -134,9 +136,28 @@ def train_model(
     the run writes ``initial.npz``, ``best.npz`` (the parameters at the best
     validation epoch) and ``changes.json``: per layer, the fraction of parameters
     whose change exceeds 0, 0.05 and 0.5 (``refimpl.diagnostics.fraction_changed``).
-    ``resume`` continues from such a checkpoint. The dtype of ``dataset.x`` sets the
-    training precision. ``progress``: a tqdm bar per epoch; a string labels it ("seed 3").
+    ``resume`` continues from such a checkpoint, which must have been written training on
+    the same data (:func:`refimpl.train.resume.data_fingerprint`). The dtype of
+    ``dataset.x`` sets the training precision. ``progress``: a tqdm bar per epoch; a string
+    labels it ("seed 3"). ``out_dir`` is locked for the run
+    (:func:`refimpl.train.run_lock.run_folder_lock`): another process writing it is refused.
     """
+    if out_dir is None:
+        return _train(model, dataset, config, None, resume, progress, backend)
+    with run_folder_lock(out_dir, "refimpl.train.train_model"):
+        return _train(model, dataset, config, Path(out_dir), resume, progress, backend)
+
+
+def _train(
+    model: Any,
+    dataset: Any,
+    config: TrainConfig,
+    out: Path | None,
+    resume: str | Path | None,
+    progress: bool | str,
+    backend: str | None,
+) -> RunResult:
+    """:func:`train_model`, its folder (if any) locked."""
     x = asarray(dataset.x, backend=backend)
     y = asarray(dataset.y, backend=backend)
     masks = {
@@ -163,14 +184,14 @@ def train_model(
     dropout_rng = np.random.default_rng([config.seed, 1])
     best = {"epoch": -1, "val_acc": -math.inf, "test_acc": math.nan}
     start, train_loss = 0, math.nan
+    keeps_state = out is not None and config.checkpoint_every
+    fingerprint = data_fingerprint(dataset) if keeps_state or resume is not None else None
     if resume is not None:
-        params, opt_state, start, best, train_loss = _restore(
-            resume, params, optimizer, dropout_rng, config.epochs
+        params, opt_state, start, best, train_loss = restore_checkpoint(
+            resume, params, optimizer, dropout_rng, config.epochs, fingerprint
         )
-
-    out = Path(out_dir) if out_dir is not None else None
     if out is not None:
-        _truncate_log(out, start)
+        truncate_log(out, start)
     # Diagnostics compare the parameters at the best epoch with the initial ones;
     # a resumed run finds both beside its checkpoint.
     initial = best_params = None
@@ -276,6 +297,7 @@ def train_model(
             and ((epoch + 1) % config.checkpoint_every == 0 or stop or epoch + 1 == config.epochs)
         ):
             state = {"epoch": epoch + 1, "best": best, "train_loss": train_loss}
+            state["data"] = fingerprint
             if config.diagnostics:
                 atomic_savez(out / "best.npz", {k: to_numpy(v) for k, v in best_params.items()})
             save_checkpoint(out / "checkpoint.npz", params, opt_state, dropout_rng, state)
@@ -364,50 +386,3 @@ def _diagnostic_params(out: Path | None, params: dict, resume: Any) -> tuple[dic
             f"resuming with diagnostics needs initial.npz and best.npz beside {resume}; "
             "the run was started without --diagnostics"
         ) from err
-
-
-def _restore(
-    path: Any, params: dict, optimizer: Any, rng: np.random.Generator, epochs: int
-) -> tuple:
-    """The state saved in the checkpoint at ``path``, checked against the model, the optimiser
-    and the run's length: ``(params, opt_state, epoch, best, train_loss)``."""
-    saved_params, saved_opt, rng_state, progress = load_checkpoint(path)
-    if list(saved_params) != list(params):
-        raise ValueError(
-            f"checkpoint {path} holds parameters {list(saved_params)} but the model has "
-            f"{list(params)}; resume with the same model configuration"
-        )
-    for name, value in saved_params.items():
-        if value.shape != params[name].shape or value.dtype != params[name].dtype:
-            raise ValueError(
-                f"checkpoint {path}: {name} is {value.dtype}{value.shape}, the model expects "
-                f"{params[name].dtype}{params[name].shape}; "
-                "resume with the same model configuration"
-            )
-    if progress["epoch"] > epochs:
-        raise ValueError(
-            f"checkpoint {path} is at epoch {progress['epoch']}, past the {epochs} epochs asked "
-            f"for; pass --epochs {progress['epoch']} or more"
-        )
-    restored = {
-        k: asarray(v, backend=backend_name(get_array_module(params[k])))
-        for k, v in saved_params.items()
-    }
-    try:  # keys, shapes and dtypes against the parameters, moved to their backend
-        restored_opt = optimizer.load_state(saved_opt, restored)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"checkpoint {path}: optimiser state does not fit: {err}") from err
-    rng.bit_generator.state = rng_state
-    return restored, restored_opt, progress["epoch"], progress["best"], progress["train_loss"]
-
-
-def _truncate_log(out: Path, start: int) -> None:
-    """Keep the log lines of epochs before ``start`` (a resumed run rewrites the rest); a
-    last line cut short by a kill is dropped with a warning (:func:`read_log`)."""
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "log.jsonl"
-    kept = []
-    if start > 0 and path.exists():
-        kept = [record for record in read_log(path) if record["epoch"] < start]
-    text = "".join(strict_json(record) + "\n" for record in kept)
-    atomic_write(path, lambda stream: stream.write(text.encode()))

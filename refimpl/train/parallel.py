@@ -27,12 +27,16 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import as_completed as futures_completed
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
 from threadpoolctl import threadpool_limits
 
 from refimpl.files import atomic_write
+from refimpl.train.run_folder import read_json
 
 __all__ = ["SchedulerUnavailable", "WorkerLost", "dask_client", "run_jobs"]
 
@@ -113,6 +117,14 @@ def dask_client(scheduler: str) -> Iterator[Any]:
             "(dask scheduler) and its workers (dask worker ADDRESS), or run here with "
             "--scheduler local:N"
         ) from err
+    except Exception as err:  # whatever another service's reply makes of Dask
+        # Another service on that port (a web server, ssh) answers with bytes Dask reads as a
+        # frame length: a MemoryError for exabytes, or a struct error for a short frame.
+        raise SchedulerUnavailable(
+            f"the service at {scheduler} is not a Dask scheduler (its reply could not be read "
+            f"as Dask's protocol: {type(err).__name__}); check the address and port (a "
+            "scheduler listens on 8786 by default)"
+        ) from err
     with client:
         yield client
 
@@ -139,12 +151,42 @@ def _completed(
         for job in todo:
             yield run_one(job)
         return
-    # SIGTERM (kill) exits through the Pool's context manager, which terminates the
-    # workers: none is left training on after its parent is gone.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    yield from _on_processes(run_one, todo, workers)
+
+
+def _on_processes(run_one: Callable[[dict], dict], todo: list[dict], workers: int) -> Iterator:
+    """``todo`` on a pool of ``workers`` spawned processes, results as the jobs end.
+
+    A worker that dies (killed, out of memory) breaks the pool: the jobs in flight are lost
+    with it and :class:`WorkerLost` ends the grid in one line, the finished jobs kept (a
+    ``multiprocessing.Pool`` would wait forever for the lost job). On any exit other than
+    the end of the grid (SIGTERM, Ctrl-C, an error), the workers are terminated: none is
+    left training on after its parent is gone.
+    """
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # exits through the finally
     context = multiprocessing.get_context("spawn")
-    with _one_blas_thread_for_children(), context.Pool(workers) as pool:
-        yield from pool.imap_unordered(run_one, todo)
+    pool = ProcessPoolExecutor(workers, mp_context=context)
+    finished = False
+    try:
+        with _one_blas_thread_for_children():  # the workers start at the first submit
+            futures = [pool.submit(run_one, job) for job in todo]
+        for done, future in enumerate(futures_completed(futures)):
+            try:
+                result = future.result()
+            except BrokenProcessPool as err:
+                raise WorkerLost(
+                    f"a worker process died (killed, or out of memory), and the jobs in flight "
+                    f"with it: {done} of {len(todo)} jobs finished and are kept; rerun to "
+                    "finish the rest"
+                ) from err
+            yield result
+        finished = True
+    finally:
+        if not finished:
+            pool.shutdown(wait=False, cancel_futures=True)
+            for process in multiprocessing.active_children():
+                process.terminate()
+        pool.shutdown(wait=True)
 
 
 def run_jobs(
@@ -160,19 +202,18 @@ def run_jobs(
     ``functools.partial`` of one). ``describe(result)`` is the line printed as each run
     ends, after ``[done/total]`` and before its time and the time left at the pace so far.
     """
-    results, todo = [], []
+    results: dict[str, dict] = {}  # by run_dir
     for job in jobs:
-        summary = Path(job["run_dir"]) / "result.json"
-        if summary.exists():
-            results.append(json.loads(summary.read_text()))
-        else:
-            todo.append(job)
+        earlier = _read_result(job)
+        if earlier is not None:
+            results[job["run_dir"]] = earlier
+    todo = [job for job in jobs if job["run_dir"] not in results]
     where = f"scheduler {scheduler}" if scheduler else f"{workers} worker(s)"
     print(f"{len(jobs)} runs, {len(results)} done before, {len(todo)} to do, {where}", flush=True)
     started = last = time.perf_counter()
     for done, result in enumerate(_completed(run_one, todo, workers, scheduler), start=1):
         _write_result(result)
-        results.append(result)
+        results[result["run_dir"]] = result
         now = time.perf_counter()
         left = (now - started) / done * (len(todo) - done)
         eta = f"about {_duration(left)} left" if done < len(todo) else "the last"
@@ -180,12 +221,41 @@ def run_jobs(
             f"[{done}/{len(todo)}] {describe(result)} ({_duration(now - last)}; {eta})", flush=True
         )
         last = now
-    return results
+    return [results[job["run_dir"]] for job in jobs]
+
+
+def _read_result(job: dict) -> dict | None:
+    """The result a finished run of ``job`` left in its ``run_dir`` (None: not run yet), with
+    ``run_dir`` where the job is now: a grid's folder may have moved since.
+
+    A record that is not a result of this very job (another grid's, a damaged file) is a
+    ``ValueError`` naming the file: reading it back would put another run in the table.
+    """
+    path = Path(job["run_dir"]) / "result.json"
+    if not path.exists():
+        return None
+    record = read_json(path)
+    if not isinstance(record, dict):
+        raise ValueError(f"{path} is not a run's result record; the run folder is damaged")
+    as_read = json.loads(json.dumps(job))  # tuples as lists, as the record reads back
+    differ = sorted(k for k in job if k != "run_dir" and record.get(k) != as_read[k])
+    if differ:
+        key = differ[0]
+        raise ValueError(
+            f"{path} is the result of another job ({key} {record.get(key)!r}, this grid's "
+            f"{job[key]!r}): it belongs to another grid; move it away, or run this grid "
+            "in another folder"
+        )
+    return {**record, "run_dir": job["run_dir"]}
 
 
 def _write_result(result: dict) -> None:
-    """``run_dir/result.json``, atomically: a kill leaves no torn record to be read back."""
-    data = json.dumps(result, indent=2).encode()
+    """``run_dir/result.json``, atomically: a kill leaves no torn record to be read back.
+
+    The record leaves out ``run_dir``: the file's own folder is the run's, wherever the grid
+    is moved (:func:`_read_result` puts it back)."""
+    record = {k: v for k, v in result.items() if k != "run_dir"}
+    data = json.dumps(record, indent=2).encode()
     atomic_write(Path(result["run_dir"], "result.json"), lambda stream: stream.write(data))
 
 

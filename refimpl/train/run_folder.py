@@ -11,7 +11,10 @@ write to ``--out``. Its ``run.json`` holds the configuration it was started with
   the caller asks to ``resume`` it (its ``run.json`` is read back) or to ``overwrite``
   it (the run's own files are removed, files the user put there are kept);
 - temporary files left by writes that were killed (:func:`refimpl.files.atomic_write`)
-  are removed.
+  are removed;
+- the folder is locked first (:mod:`refimpl.train.run_lock`): a folder another command is
+  writing is refused before anything in it is read, cleaned or replaced, and the lock stays
+  with the caller for the run's life.
 
 :func:`merge_options` decides what a resumed run is: the stored options, with the
 options that change only what is written (``--epochs``, progress, checkpoint cadence,
@@ -29,6 +32,7 @@ from typing import Any
 
 from refimpl.files import atomic_write, remove_stale_temporaries
 from refimpl.train.records import strict_json
+from refimpl.train.run_lock import lock_run_folder, release_run_folder
 
 __all__ = [
     "RUN_FILE",
@@ -92,22 +96,45 @@ def open_run_folder(
     merges options with :func:`merge_options` and saves the result with
     :func:`save_run_file`).
 
-    Raises ``FileExistsError`` for a folder that holds a run when neither ``resume``
-    nor ``overwrite`` is given, ``ValueError`` for both at once, for ``resume`` of a
-    folder without ``run.json`` or of another command's run, and for a path that is a file.
+    The folder's lock (:func:`refimpl.train.run_lock.lock_run_folder`) is taken first and
+    kept on success: the caller releases it (:func:`refimpl.train.run_lock.lock_scope`, or
+    the process's end).
+
+    Raises :class:`refimpl.train.run_lock.RunFolderBusy` (a ``FileExistsError``) for a
+    folder another process is writing, ``FileExistsError`` for a folder that holds a run
+    when neither ``resume`` nor ``overwrite`` is given, ``ValueError`` for both at once, for
+    ``resume`` of a folder without ``run.json`` or of another command's run, and for a path
+    that is a file.
     """
     folder = Path(folder)
     if resume and overwrite:
         raise ValueError("--resume continues a run and --overwrite replaces it: give one")
-    if folder.exists() and not folder.is_dir():
-        raise ValueError(f"{folder} is a file, not a run folder; pass a folder to --out")
+    created = not folder.exists()
+    lock_run_folder(folder, command)
+    try:
+        return _open_locked(folder, command, options, resume, overwrite, outputs)
+    except BaseException:
+        release_run_folder(folder, discard_empty=created)  # a refused open leaves no folder
+        raise
+
+
+def _open_locked(
+    folder: Path,
+    command: str,
+    options: Mapping[str, Any],
+    resume: bool,
+    overwrite: bool,
+    outputs: Iterable[str],
+) -> dict[str, Any]:
+    """:func:`open_run_folder` once the folder is locked: nothing else writes it now."""
     known = RUN_OUTPUTS | frozenset(outputs)
-    existing = _run_files(folder, known) if folder.is_dir() else []
+    existing = _run_files(folder, known)
     # run.json alone is a run that stopped before it wrote anything (bad data, say): no loss
     started = [path for path in existing if path != folder / RUN_FILE]
-    if folder.is_dir():  # what writes killed mid-way left, in the run and its seeds' folders
-        for sub in (folder, *(p for p in folder.rglob("*") if p.is_dir())):
-            remove_stale_temporaries(sub)
+    # what writes killed mid-way left, in the run and its seeds' folders: under the lock, no
+    # write is in flight
+    for sub in (folder, *(p for p in folder.rglob("*") if p.is_dir())):
+        remove_stale_temporaries(sub)
     if resume:
         record = read_run_file(folder)
         if record["command"] != command:

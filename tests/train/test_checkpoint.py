@@ -72,6 +72,18 @@ TAMPERED = {
     ),
     "nan parameter": (put("param/layer0.W_s", np.full((4, 4), np.nan)), r"with NaN/inf"),
     "string optimiser entry": (put("opt/step", "3"), r"optimiser entry step has dtype"),
+    # issue 33: inf in the optimiser's state was accepted, and the first step made NaN
+    "inf optimiser moment": (
+        put("opt/m.layer0.W_s", np.full((4, 4), np.inf)),
+        r"optimiser entry m\.layer0\.W_s holds NaN or infinity",
+    ),
+    "nan optimiser moment": (
+        put("opt/v.layer0.W_s", np.full((4, 4), np.nan)),
+        r"optimiser entry v\.layer0\.W_s holds NaN or infinity",
+    ),
+    "float step": (put("opt/step", 3.0), r"optimiser entry step must be a 0-d integer >= 0"),
+    "negative step": (put("opt/step", -1), r"optimiser entry step must be a 0-d integer >= 0"),
+    "data not a string": (progress_with(data=5), r"progress must be"),
 }
 
 
@@ -161,3 +173,30 @@ def test_the_cli_resuming_a_damaged_checkpoint_prints_one_line(
     assert main(["train", "--resume", str(tmp_path), "--epochs", "4"]) == 2
     err = capsys.readouterr().err
     assert re.fullmatch(r"refimpl train: error: [^\n]*checkpoint\.npz[^\n]*\n", err)
+
+
+def test_a_resume_on_other_data_is_refused_naming_the_checkpoint(tmp_path: Path) -> None:
+    # The checkpoint did not record the data it was trained on: resuming on other data trained
+    # half on one dataset and half on another, without a word.
+    dataset = contextual_sbm(40, 2, np.random.default_rng(0), feature_dim=4)
+    other = contextual_sbm(40, 2, np.random.default_rng(1), feature_dim=4)
+    model = GAT(dataset.num_features, 4, dataset.num_classes, 2)
+    config = TrainConfig(epochs=2, checkpoint_every=1)
+    train_model(model, dataset, config, out_dir=tmp_path)
+    checkpoint = tmp_path / "checkpoint.npz"
+    longer = TrainConfig(epochs=4, checkpoint_every=1)
+    with pytest.raises(ValueError, match="was written training on other data") as caught:
+        train_model(model, other, longer, out_dir=tmp_path, resume=checkpoint)
+    assert str(checkpoint) in str(caught.value)
+    renamed = dataset.with_masks(dataset.train_mask, dataset.val_mask, dataset.test_mask)
+    train_model(model, renamed, longer, out_dir=tmp_path, resume=checkpoint)  # the same data
+
+
+def test_a_negative_second_moment_in_the_adam_state_is_refused(saved: dict) -> None:
+    from refimpl.optim import Adam
+
+    params = {k.removeprefix("param/"): v for k, v in saved.items() if k.startswith("param/")}
+    state = {k.removeprefix("opt/"): v for k, v in saved.items() if k.startswith("opt/")}
+    state["v.layer0.W_s"] = -np.abs(state["v.layer0.W_s"]) - 1.0
+    with pytest.raises(ValueError, match=r"state\['v\.layer0\.W_s'\] holds negative second"):
+        Adam(lr=0.01).load_state(state, params)

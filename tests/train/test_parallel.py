@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -51,3 +52,63 @@ def test_workers_start_with_one_blas_thread(tmp_path: Path) -> None:
         BLAS_THREAD_VARIABLES, "1"
     )
     assert {name: os.environ.get(name) for name in BLAS_THREAD_VARIABLES} == before
+
+
+def dies_on_marked(job: dict) -> dict:
+    """``square``, but the job marked ``die`` kills its worker process (out of memory, say)."""
+    if job.get("die"):
+        os._exit(1)
+    return square(job)
+
+
+KILLED_GRID = """
+import sys
+from tests.train.test_parallel import dies_on_marked
+from refimpl.train.parallel import WorkerLost, run_jobs
+
+jobs = [{"x": x, "die": x == 3, "run_dir": f"{sys.argv[1]}/run{x}"} for x in range(6)]
+try:
+    run_jobs(dies_on_marked, jobs, workers=2, describe=lambda r: "")
+except WorkerLost as err:
+    print("WorkerLost:", err)
+"""
+
+
+def test_a_killed_worker_process_ends_the_grid_in_one_line_keeping_finished_jobs(
+    tmp_path: Path,
+) -> None:
+    # multiprocessing.Pool replaces a killed worker but never its job: the grid waited
+    # forever (6 of 6 tries). Run in a child with a time limit, so a regression fails here
+    # instead of hanging the suite.
+    root = Path(__file__).resolve().parents[2]
+    child = subprocess.run(
+        [sys.executable, "-c", KILLED_GRID, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    assert child.returncode == 0, child.stderr
+    lost = [line for line in child.stdout.splitlines() if line.startswith("WorkerLost")]
+    assert len(lost) == 1 and "a worker process died (killed, or out of memory)" in lost[0]
+    assert "finished and are kept; rerun to finish the rest" in lost[0]
+    written = sorted(p.parent.name for p in tmp_path.rglob("result.json"))
+    assert "run3" not in written
+    for name in written:  # what finished is whole and right
+        x = int(name.removeprefix("run"))
+        assert json.loads((tmp_path / name / "result.json").read_text())["value"] == x * x
+    jobs = [{"x": x, "die": False, "run_dir": str(tmp_path / f"run{x}")} for x in range(6)]
+    # the rerun (the marked job no longer dies) finishes the rest
+    assert [r["value"] for r in run_jobs(square, jobs, 2, lambda r: "")] == [0, 1, 4, 9, 16, 25]
+
+
+def test_results_come_back_in_job_order_with_their_current_folder(tmp_path: Path) -> None:
+    # a result read back takes the job's run_dir: a grid moved since finds its cells
+    jobs = [{"x": x, "run_dir": str(tmp_path / "now" / f"run{x}")} for x in range(3)]
+    (tmp_path / "now" / "run2").mkdir(parents=True)
+    old = {"x": 2, "value": 4, "run_dir": "/where/it/was/run2"}  # written by an older version
+    (tmp_path / "now" / "run2" / "result.json").write_text(json.dumps(old))
+    results = run_jobs(square, jobs, workers=1, describe=lambda r: "")
+    assert [r["x"] for r in results] == [0, 1, 2]
+    assert [r["run_dir"] for r in results] == [job["run_dir"] for job in jobs]

@@ -1,0 +1,127 @@
+"""What a resumed run reads back and checks: its checkpoint against the model, the optimiser,
+the run's length and the data, and its log cut back to the checkpoint's epoch.
+
+A run resumed on other data would train half on one dataset and half on another and end
+without a word, so a run records the identity of its data (:func:`data_fingerprint`, a
+SHA-256 of every array it trains on) in each checkpoint, and ``refimpl train`` / ``sweep``
+also in ``run.json``; a resume on data whose fingerprint differs is refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from refimpl.backend import asarray, backend_name, get_array_module, to_numpy
+from refimpl.files import atomic_write
+from refimpl.train.checkpoint import load_checkpoint
+from refimpl.train.records import strict_json
+from refimpl.train.run_folder import read_log
+
+__all__ = ["data_fingerprint", "restore_checkpoint", "truncate_log"]
+
+
+def data_fingerprint(*data: Any) -> str:
+    """The SHA-256 (hex) of the data a run trains on, the same on every machine and backend.
+
+    Each part may be a dataset (a dataclass such as ``NodeDataset`` or ``GraphDataset``:
+    every field but its ``name``, which names the data and does not change it), a
+    :class:`refimpl.Graph`, an array (NumPy or a device array, hashed as its host copy), a
+    SciPy CSR matrix, a number, a string, or a list or tuple of these. Dtypes and shapes are
+    part of the hash, so a float32 copy of a dataset is other data than its float64 original.
+    """
+    digest = hashlib.sha256()
+    for part in data:
+        _update(digest, part)
+    return digest.hexdigest()
+
+
+def _update(digest: Any, value: Any) -> None:
+    """Feed ``value`` to ``digest``, each item tagged with its kind and layout."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        digest.update(f"dataclass {type(value).__name__}\n".encode())
+        for field in dataclasses.fields(value):
+            if field.name != "name":
+                digest.update(f"field {field.name}\n".encode())
+                _update(digest, getattr(value, field.name))
+    elif hasattr(value, "edge_index") and hasattr(value, "num_dst_nodes"):  # a Graph
+        digest.update(f"graph {value.num_nodes} {value.num_dst_nodes}\n".encode())
+        _update(digest, value.edge_index)
+    elif getattr(value, "format", None) == "csr":  # sparse features
+        digest.update(f"csr {value.shape}\n".encode())
+        for array in (value.indptr, value.indices, value.data):
+            _update(digest, array)
+    elif isinstance(value, list | tuple):
+        digest.update(f"sequence {len(value)}\n".encode())
+        for item in value:
+            _update(digest, item)
+    elif isinstance(value, str | int | float | bool) or value is None:
+        digest.update(f"{type(value).__name__} {value!r}\n".encode())
+    else:
+        array = np.ascontiguousarray(to_numpy(value))
+        digest.update(f"array {array.dtype.str} {array.shape}\n".encode())
+        digest.update(array.tobytes())
+
+
+def restore_checkpoint(
+    path: Any,
+    params: dict,
+    optimizer: Any,
+    rng: np.random.Generator,
+    epochs: int,
+    fingerprint: str | None = None,
+) -> tuple:
+    """The state saved in the checkpoint at ``path``, checked against the model, the optimiser,
+    the run's length and (``fingerprint``, when the checkpoint records one) the data:
+    ``(params, opt_state, epoch, best, train_loss)``; ``rng`` is set to the saved state."""
+    saved_params, saved_opt, rng_state, progress = load_checkpoint(path)
+    saved_data = progress.get("data")
+    if fingerprint is not None and saved_data is not None and saved_data != fingerprint:
+        raise ValueError(
+            f"checkpoint {path} was written training on other data (SHA-256 "
+            f"{str(saved_data)[:12]}...) than given now ({fingerprint[:12]}...): resume on the "
+            "run's own data, or start a new run"
+        )
+    if list(saved_params) != list(params):
+        raise ValueError(
+            f"checkpoint {path} holds parameters {list(saved_params)} but the model has "
+            f"{list(params)}; resume with the same model configuration"
+        )
+    for name, value in saved_params.items():
+        if value.shape != params[name].shape or value.dtype != params[name].dtype:
+            raise ValueError(
+                f"checkpoint {path}: {name} is {value.dtype}{value.shape}, the model expects "
+                f"{params[name].dtype}{params[name].shape}; "
+                "resume with the same model configuration"
+            )
+    if progress["epoch"] > epochs:
+        raise ValueError(
+            f"checkpoint {path} is at epoch {progress['epoch']}, past the {epochs} epochs asked "
+            f"for; pass --epochs {progress['epoch']} or more"
+        )
+    restored = {
+        k: asarray(v, backend=backend_name(get_array_module(params[k])))
+        for k, v in saved_params.items()
+    }
+    try:  # keys, shapes and dtypes against the parameters, moved to their backend
+        restored_opt = optimizer.load_state(saved_opt, restored)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"checkpoint {path}: optimiser state does not fit: {err}") from err
+    rng.bit_generator.state = rng_state
+    return restored, restored_opt, progress["epoch"], progress["best"], progress["train_loss"]
+
+
+def truncate_log(out: Path, start: int) -> None:
+    """Keep the log lines of epochs before ``start`` (a resumed run rewrites the rest); a
+    last line cut short by a kill is dropped with a warning (:func:`read_log`)."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "log.jsonl"
+    kept = []
+    if start > 0 and path.exists():
+        kept = [record for record in read_log(path) if record["epoch"] < start]
+    text = "".join(strict_json(record) + "\n" for record in kept)
+    atomic_write(path, lambda stream: stream.write(text.encode()))
