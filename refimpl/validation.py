@@ -24,6 +24,7 @@ __all__ = [
     "check_bipartite_inputs",
     "check_block_inputs",
     "check_cotangent",
+    "check_csr_structure",
     "check_finite",
     "check_graph_rows",
     "check_input",
@@ -109,8 +110,8 @@ def check_input(value: Any, name: str = "x", **shape_kwargs: Any) -> ModuleType:
 
 
 def check_sparse_input(x: Any, name: str, in_features: int) -> ModuleType:
-    """Sparse input features: a CSR matrix (N, in_features) of floats whose stored values are
-    finite. Returns the array module of its backend."""
+    """Sparse input features: a CSR matrix (N, in_features) of floats, whole
+    (:func:`check_csr_structure`) and with finite stored values. Returns its array module."""
     if getattr(x, "format", None) != "csr":
         raise TypeError(
             f"{name} is a sparse matrix in {getattr(x, 'format', '?')!r} format; sparse input "
@@ -120,8 +121,68 @@ def check_sparse_input(x: Any, name: str, in_features: int) -> ModuleType:
         raise ValueError(f"{name} must have shape (N, {in_features}), got {tuple(x.shape)}")
     if x.dtype.kind != "f":
         raise TypeError(f"{name} must hold floats, got dtype {x.dtype}; cast with .astype")
+    check_csr_structure(x, name)
     check_finite(x.data, f"{name} (its stored values)")
     return get_array_module(x)
+
+
+def check_csr_structure(x: Any, name: str) -> None:
+    """``x.indptr``, ``x.indices`` and ``x.data`` describe a CSR matrix of ``x.shape`` that
+    stores each entry once: SciPy's and cuSPARSE's kernels read them unchecked, so a wrong
+    ``indptr`` reads memory out of bounds (a segfault) and a wrong column index reads garbage.
+
+    Vectorised, on every backend. Unsorted column indices are accepted (every product sums a
+    row in any order); a duplicate entry is refused, as dropout masks stored values.
+    """
+    what, (rows, columns) = f"{name} (CSR)", x.shape
+    indptr, indices, data = x.indptr, x.indices, x.data
+    fix = f"rebuild {name} with csr_matrix((data, indices, indptr), shape=...), arrays unedited"
+    for part, array in (("indptr", indptr), ("indices", indices), ("data", data)):
+        if not is_array(array) or array.ndim != 1:
+            got = f"shape {tuple(array.shape)}" if is_array(array) else type(array).__name__
+            raise TypeError(f"{what} {part} must be a 1-D array, got {got}; {fix}")
+        if part != "data" and not (array.dtype.kind in "iu" and np.can_cast(array.dtype, "i8")):
+            raise TypeError(
+                f"{what} {part} has dtype {array.dtype}; index arrays must hold integers "
+                f"(int32 or int64, as SciPy makes them): {fix}"
+            )
+    xp = get_array_module(x, indptr, indices, data)  # TypeError if on two backends
+    stored = indices.shape[0]
+    if indptr.shape[0] != rows + 1 or data.shape[0] != stored:
+        raise ValueError(
+            f"{what} has {indptr.shape[0]} indptr entries for {rows} rows (needs {rows + 1}), "
+            f"{stored} column indices and {data.shape[0]} values (needs as many); {fix}"
+        )
+    first, last = int(indptr[0]), int(indptr[-1])
+    if first != 0 or last != stored:
+        raise ValueError(f"{what} indptr runs from {first} to {last}, not 0 to {stored} (the "
+                         f"number of stored entries); {fix}")  # fmt: skip
+    steps = indptr[1:] >= indptr[:-1]  # (rows,) no subtraction: unsigned indices cannot wrap
+    if not bool(steps.all()):
+        row = int(xp.flatnonzero(~steps)[0])
+        raise ValueError(f"{what} indptr is not non-decreasing at row {row} ({int(indptr[row])} "
+                         f"then {int(indptr[row + 1])}); {fix}")  # fmt: skip
+    outside = (indices < 0) | (indices >= columns)  # (nnz,)
+    if bool(outside.any()):
+        entry = int(xp.flatnonzero(outside)[0])
+        raise ValueError(f"{what} has column index {int(indices[entry])} at stored entry "
+                         f"{entry}, outside [0, {columns}); {fix}")  # fmt: skip
+    # each row's indices rising (canonical) rule out duplicates in one pass over a byte an
+    # entry; otherwise a sort of the (row, column) keys finds them. Pairs across rows pass.
+    rising, starts = indices[1:] > indices[:-1], indptr[1:-1]  # (nnz - 1,), (rows - 1,)
+    rising[starts[(starts > 0) & (starts < stored)] - 1] = True
+    if bool(rising.all()):
+        return
+    # (nnz,) each entry's row by searchsorted: cupy.repeat takes no array of counts before 14
+    row_of = xp.searchsorted(indptr, xp.arange(stored), side="right") - 1
+    keys = xp.sort(row_of * columns + indices.astype(xp.int64))  # < rows * columns < 2**63
+    twice = xp.flatnonzero(keys[1:] == keys[:-1])
+    if twice.shape[0]:
+        row, column = divmod(int(keys[int(twice[0])]), columns)
+        raise ValueError(
+            f"{what} stores row {row}, column {column} more than once; merge duplicates with "
+            f"{name}.sum_duplicates() (each entry stored once: dropout masks stored values)"
+        )
 
 
 def check_cotangent(

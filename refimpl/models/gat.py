@@ -64,6 +64,7 @@ from refimpl.validation import (
     check_finite,
     check_graph_rows,
     check_keys,
+    check_nonnegative_number,
     check_params,
     check_probability,
 )
@@ -138,6 +139,7 @@ class GAT:
                 raise ValueError(f"GAT {name} must be a positive int, got {value!r}")
         for name in ("dropout", "attn_dropout"):
             check_probability(getattr(self, name), f"GAT {name}")
+        check_nonnegative_number(self.negative_slope, "GAT negative_slope")  # NaN, inf fail
         self._phi()  # ValueError listing the valid names, or on a bad slope
         if self.pairnorm is not None and self.pairnorm not in PAIRNORM_MODES:
             raise ValueError(

@@ -135,7 +135,8 @@ class Dropout:
             return d_y, {}
         if cache.sparse_x is not None:  # dense d_x, 0 at the stored entries dropped
             x, xp = cache.sparse_x, get_array_module(d_y)
-            rows = xp.repeat(xp.arange(x.shape[0]), xp.diff(x.indptr))  # (nnz,) row of each
+            # (nnz,) the row of each stored value (cupy.repeat before CuPy 14 takes no array)
+            rows = xp.searchsorted(x.indptr, xp.arange(x.nnz), side="right") - 1
             d_x = d_y * cache.scale
             dropped = ~cache.mask
             d_x[rows[dropped], x.indices[dropped]] = 0

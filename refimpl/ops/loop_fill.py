@@ -31,10 +31,16 @@ edges it read. Forward and backward side by side (``A`` the features of the non-
         mul: ``G(d_fill) * prod of the other factors``, exact with zeros among them
     B1  d_edge_attr = d_A at the non-loop edges, 0 at the dropped loops
 
-The product is ``sign * exp(S(log |a|))`` over the non-zero factors, zero where a factor is
-(one pass per sum, any backend; exact to a few ulps per factor). Constant fills pass no
-gradient. Without ``add_self_loops`` the layer reads ``edge_attr`` as given and this module
-is not involved.
+The product is multiplied out directly, factor by factor in edge order, as torch's
+``scatter_reduce(..., "prod")`` does on the CPU: one factor gives itself bit for bit, and
+several the same rounded product as torch. The cache keeps the product of the non-zero factors
+and the count of zeros, so the backward divides only by non-zero factors and gives a lone zero
+the exact product of the others. On NumPy and the strict stand-in it is one
+``multiply.reduceat`` over the features grouped by target; CuPy's ``reduceat`` adds only, so
+there it goes by rank: the ``k``-th factor of every target that has one, ``k = 0, 1, ...``,
+one vectorised step per rank up to the largest in-degree (the same products, in the same
+order). Constant fills pass no gradient. Without ``add_self_loops`` the layer reads
+``edge_attr`` as given and this module is not involved.
 """
 
 from __future__ import annotations
@@ -72,20 +78,25 @@ class LoopFillCache(NamedTuple):
 
 def check_fill_value(fill_value: Any, edge_dim: int | None) -> Any:
     """``fill_value`` as the layer stores it (a float, a tuple of ``edge_dim`` floats, a
-    reduction's name, or None); a ValueError names what is wrong."""
-    if fill_value is None or fill_value in FILL_REDUCTIONS:
+    reduction's name, or None); a ValueError names what is wrong. Numbers may come as any
+    array (a NumPy array, a torch tensor: PyG's ``fill_value`` may be a ``Tensor``)."""
+    if fill_value is None or (isinstance(fill_value, str) and fill_value in FILL_REDUCTIONS):
         return fill_value
+    shown = " ".join(repr(fill_value).split())  # one line, however the value prints
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
     if isinstance(fill_value, str):
         raise ValueError(
             f"fill_value must be a number, {edge_dim or 'edge_dim'} numbers, None or one of "
-            f"{', '.join(map(repr, FILL_REDUCTIONS))}, got {fill_value!r}"
+            f"{', '.join(map(repr, FILL_REDUCTIONS))}, got {shown}"
         )
     if isinstance(fill_value, bool):
         raise ValueError(f"fill_value must be a number, not a bool, got {fill_value!r}")
-    values = np.asarray(fill_value, dtype=np.float64) if _numeric(fill_value) else None
+    values = _as_floats(fill_value)
     if values is None or values.ndim > 1 or not np.all(np.isfinite(values)):
-        raise ValueError(f"fill_value must be finite numbers (a scalar or (edge_dim,)), got "
-                         f"{fill_value!r}")  # fmt: skip
+        raise ValueError(
+            f"fill_value must be finite numbers in float64's range (a scalar or (edge_dim,)), "
+            f"got {shown}"
+        )
     if values.ndim == 0:
         return float(values)
     if edge_dim is not None and values.shape[0] != edge_dim:
@@ -96,12 +107,13 @@ def check_fill_value(fill_value: Any, edge_dim: int | None) -> Any:
     return tuple(float(v) for v in values)
 
 
-def _numeric(value: Any) -> bool:
+def _as_floats(value: Any) -> np.ndarray | None:
+    """``value`` as a float64 array, or None where it is no number (or overflows float64:
+    ``10**400`` raises OverflowError, not ValueError)."""
     try:
-        np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        return False
-    return True
+        return np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 def fill_self_loops(edge_attr: Any, graph: Graph, fill_value: Any) -> tuple[Any, LoopFillCache]:
@@ -182,12 +194,32 @@ def _edges_per_target(non_loops: Segments, like: Any) -> Any:
 
 def _product_parts(features: Any, non_loops: Segments) -> tuple[Any, Any]:
     """``(product of the non-zero factors (N, D), number of zero factors (N, D))`` per
-    target: ``sign * exp(S(log |a|))`` over the non-zero ``a``; 1 and 0 for no factors."""
-    xp = non_loops.xp
+    target, the product in edge order (:func:`_segment_product`); 1 and 0 for no factors."""
     nonzero = features != 0
-    log_magnitudes = xp.log(xp.where(nonzero, xp.abs(features), 1))
-    negatives = segment_sum((features < 0).astype(features.dtype), non_loops)
-    sign = 1 - 2 * xp.remainder(negatives, 2)
-    product = sign * xp.exp(segment_sum(log_magnitudes, non_loops))
+    product = _segment_product(non_loops.xp.where(nonzero, features, 1), non_loops)
     zeros = segment_sum((~nonzero).astype(features.dtype), non_loops)
     return product, zeros
+
+
+def _segment_product(values: Any, segments: Segments, by_rank: bool | None = None) -> Any:
+    """``values (E, D)`` multiplied over each segment's items in item order, left to right:
+    ``(N, D)``, 1 for an empty segment. ``by_rank`` (default: on CuPy alone) takes the route
+    by rank instead of ``multiply.reduceat`` (module docstring); both give the same bits."""
+    xp = segments.xp
+    order, indptr = segments.csr_structure()  # items grouped by segment, in item order
+    counts = indptr[1:] - indptr[:-1]  # (N,)
+    product = xp.ones((segments.num_segments, values.shape[1]), dtype=values.dtype)
+    if segments.num_items == 0:
+        return product
+    grouped = values[order]  # (E, D) segment by segment
+    if not (segments.backend == "cupy" if by_rank is None else by_rank):
+        filled = counts > 0  # reduceat would give an empty segment its next item
+        product[filled] = xp.multiply.reduceat(grouped, indptr[:-1][filled], axis=0)
+        return product
+    ranked = xp.argsort(-counts)  # (N,) most factors first: those with a k-th are a prefix
+    starts = indptr[:-1][ranked]  # (N,)
+    histogram = xp.bincount(counts, minlength=int(counts.max()) + 1)  # (max + 1,)
+    having = (segments.num_segments - xp.cumsum(histogram)[:-1]).tolist()  # > k factors
+    for k, size in enumerate(having):  # one step per rank, not per node or edge
+        product[ranked[:size]] *= grouped[starts[:size] + k]
+    return product

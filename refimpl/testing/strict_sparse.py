@@ -3,8 +3,9 @@
 :func:`refimpl.backend.sparse_module` hands this module to code running on the strict
 backend, where CuPy would hand ``cupyx.scipy.sparse``. Like ``cupyx``, it takes only
 device (strict) arrays, stores ``int32`` indices, and multiplies a matrix by a device
-array into a device array; a NumPy array anywhere raises. Underneath it is
-``scipy.sparse``, so the products are SciPy's.
+array into a device array; a NumPy array anywhere raises. Index arrays must hold integers
+that fit ``int32``: a float or a wider value is refused, where a cast would truncate or wrap
+it silently. Underneath it is ``scipy.sparse``, so the products are SciPy's.
 """
 
 from __future__ import annotations
@@ -28,6 +29,20 @@ def _device(array: Any, name: str) -> np.ndarray:
     return array._data
 
 
+def _index(array: Any, name: str) -> np.ndarray:
+    """``array`` (strict, integers) as ``int32`` indices, refused where the cast would lose."""
+    values = _device(array, name)
+    info = np.iinfo(np.int32)
+    if values.dtype.kind not in "iu" or (
+        values.size and not info.min <= int(values.min()) <= int(values.max()) <= info.max
+    ):
+        raise ValueError(
+            f"csr_matrix {name}: expected integers that fit int32 (the indices it stores), got "
+            f"{values.dtype} values that a cast would truncate or wrap"
+        )
+    return values.astype(np.int32)
+
+
 class csr_matrix:  # lower case: the name of the class it stands in for
     """``csr_matrix((data, indices, indptr), shape=(R, C))`` over strict arrays (its
     transpose is the same stand-in over SciPy's CSC)."""
@@ -43,8 +58,8 @@ class csr_matrix:  # lower case: the name of the class it stands in for
         self._matrix = sp.csr_matrix(
             (
                 _device(data, "data"),
-                _device(indices, "indices").astype(np.int32),  # as cupyx: 32-bit indices
-                _device(indptr, "indptr").astype(np.int32),
+                _index(indices, "indices"),  # as cupyx: 32-bit indices
+                _index(indptr, "indptr"),
             ),
             shape=shape,
             copy=copy,
@@ -67,6 +82,9 @@ class csr_matrix:  # lower case: the name of the class it stands in for
 
     def sort_indices(self) -> None:
         self._matrix.sort_indices()
+
+    def sum_duplicates(self) -> None:
+        self._matrix.sum_duplicates()
 
     def __add__(self, other: csr_matrix) -> csr_matrix:
         if not isinstance(other, csr_matrix):

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from refimpl.backend import asarray, backend_name, get_array_module, to_numpy
+from refimpl.backend import asarray, backend_name, get_array_module, is_sparse, to_numpy
 from refimpl.diagnostics import (
     balancedness_summary,
     conservation_residuals,
@@ -69,7 +69,7 @@ from refimpl.train.records import strict_json
 from refimpl.train.resume import data_fingerprint, restore_checkpoint, truncate_log
 from refimpl.train.run_folder import write_json
 from refimpl.train.run_lock import run_folder_lock
-from refimpl.validation import all_finite
+from refimpl.validation import all_finite, check_sparse_input
 
 __all__ = ["RunResult", "TrainConfig", "TrainingDiverged", "relative_grad_norms", "train_model"]
 
@@ -159,6 +159,8 @@ def _train(
 ) -> RunResult:
     """:func:`train_model`, its folder (if any) locked."""
     x = asarray(dataset.x, backend=backend)
+    if is_sparse(x):  # the batches index it (compiled code) before the model checks it
+        check_sparse_input(x, "x", x.shape[1])
     y = asarray(dataset.y, backend=backend)
     masks = {
         split: asarray(getattr(dataset, f"{split}_mask"), backend=backend)

@@ -32,7 +32,10 @@ def _setup(**config: object) -> tuple[GAT, dict, np.ndarray, Graph]:
         ({"dropout": 1.0}, r"dropout must be a probability in \[0, 1\)"),
         ({"attn_dropout": -0.1}, r"attn_dropout must be a probability in \[0, 1\)"),
         ({"version": "v3"}, "version must be 'v1' or 'v2'"),
-        ({"negative_slope": -0.2}, "negative_slope must be >= 0"),
+        ({"negative_slope": -0.2}, "GAT negative_slope must be a finite number >= 0, got -0.2"),
+        ({"negative_slope": float("nan")}, "GAT negative_slope must be a finite number >= 0"),
+        ({"negative_slope": float("inf")}, "GAT negative_slope must be a finite number >= 0"),
+        ({"attn_dropout": float("nan")}, r"attn_dropout must be a probability in \[0, 1\)"),
     ],
 )
 def test_bad_configuration(kwargs: dict, match: str) -> None:

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from hypothesis import given
+import scipy.sparse as sp
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from refimpl.backend import asarray, to_numpy
@@ -310,6 +311,33 @@ def test_blocked_maps_do_not_depend_on_the_thread_count(monkeypatch, dtype) -> N
     for other in results[1:]:
         for a, b in zip(results[0], other, strict=True):
             np.testing.assert_array_equal(a, b)
+
+
+@given(
+    n=st.integers(0, 9),
+    widths=st.lists(st.integers(1, 3), min_size=2, max_size=4),
+    bias=st.booleans(),
+    input_grad=st.booleans(),
+    seed=seeds(),
+)
+@example(
+    n=6, widths=[2, 2, 2], bias=True, input_grad=True, seed=1
+)  # equal widths: swapped maps fit
+def test_several_maps_of_a_sparse_x_equal_the_dense_maps(n, widths, bias, input_grad, seed):
+    # The sparse path (one sparse product per map, each bias added, d_W over the stored values)
+    # against the blocked dense path on x.toarray(): every map's output and gradients.
+    x, weights, biases, d_ys = make_maps(n, 5, widths, seed)
+    x[np.random.default_rng(seed).random(x.shape) < 0.5] = 0.0
+    sparse = sp.csr_matrix(x)
+    maps = {}
+    for name, features in (("sparse", sparse), ("dense", x)):
+        outputs = affine_maps(features, weights, biases if bias else None)
+        d_x, d_weights, d_biases = affine_maps_backward(features, weights, d_ys, bias, input_grad)
+        maps[name] = [*outputs, *d_weights, *(d_biases or []), *([d_x] if input_grad else [])]
+        assert (d_x is None) == (not input_grad) and (d_biases is None) == (not bias)
+    for got, expected in zip(maps["sparse"], maps["dense"], strict=True):
+        assert isinstance(got, np.ndarray) and got.shape == expected.shape
+        assert max_relative_error(got, expected) <= F64
 
 
 def flat_gradients(gradients: tuple) -> list:

@@ -4,6 +4,9 @@ loss (NodeFormer's lambda L_e): equivalences, the logged loss by hand, bit-ident
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -110,3 +113,39 @@ def test_bad_batch_size_is_refused() -> None:
     for bad in (0, -3, 2.5, True):
         with pytest.raises(ValueError, match="batch_size must be None or a positive int"):
             TrainConfig(batch_size=bad)
+
+
+CORRUPTED_AFTER_CONSTRUCTION = """
+import dataclasses
+import numpy as np
+import scipy.sparse as sp
+from refimpl.data import contextual_sbm
+from refimpl.models import GAT
+from refimpl.train import TrainConfig, train_model
+
+dataset = contextual_sbm(40, 2, np.random.default_rng(0), feature_dim=4)
+dataset = dataclasses.replace(dataset, x=sp.csr_matrix(dataset.x))
+dataset.x.indptr[-1] = 10**8  # the dataset holds the user's matrix: edited after the checks
+model = GAT(dataset.num_features, 4, dataset.num_classes, 2)
+try:
+    train_model(model, dataset, TrainConfig(epochs=1, batch_size=10))
+except ValueError as err:
+    print("refused:", err)
+"""
+
+
+def test_a_csr_corrupted_after_the_dataset_was_built_is_refused_before_batching() -> None:
+    # With batch_size, x[rows] indexed the CSR in SciPy's compiled code before any model saw
+    # it: indptr[-1] = 10**8 killed the process (exit 139). Run in a child so a regression
+    # fails here instead of killing the suite.
+    root = Path(__file__).resolve().parents[2]
+    child = subprocess.run(
+        [sys.executable, "-c", CORRUPTED_AFTER_CONSTRUCTION],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    assert child.returncode == 0, (child.returncode, child.stderr)
+    assert child.stdout.startswith("refused: x (CSR) indptr runs from 0 to 100000000"), child.stdout

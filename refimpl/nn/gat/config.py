@@ -1,14 +1,29 @@
-"""``GATConv``'s configuration checks: one clear ``ValueError`` per field or combination
-a layer cannot be built with (the PyG options it combines with included)."""
+"""``GATConv``'s checks: one clear ``ValueError`` per field or combination a layer cannot be
+built with (the PyG options it combines with included), its inputs at the public boundary, and
+its gradients for an overflow of the dtype."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
+from refimpl.graph import Graph
 from refimpl.nn.lipschitz.neighbourhood_norm import LIPSCHITZ_NORM_MODES
 from refimpl.ops.loop_fill import check_fill_value
+from refimpl.validation import (
+    NonFiniteError,
+    all_finite,
+    check_bipartite_inputs,
+    check_block_inputs,
+    check_graph_rows,
+    check_nonnegative_number,
+    check_optional_input,
+    check_probability,
+)
 
-__all__ = ["check_config"]
+__all__ = ["backward_checked", "check_config", "check_inputs"]
 
 
 def check_config(conv: Any) -> Any:
@@ -53,10 +68,8 @@ def check_config(conv: Any) -> Any:
         )
     if conv.version not in ("v1", "v2"):
         raise ValueError(f"version must be 'v1' or 'v2', got {conv.version!r}")
-    if not 0.0 <= conv.dropout < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), got {conv.dropout}")
-    if conv.negative_slope < 0:
-        raise ValueError(f"negative_slope must be >= 0, got {conv.negative_slope}")
+    check_probability(conv.dropout, "GATConv dropout")  # NaN, a string or a bool fail too
+    check_nonnegative_number(conv.negative_slope, "GATConv negative_slope")  # NaN, inf fail
     if conv.lipschitz_norm not in (None, *LIPSCHITZ_NORM_MODES):
         raise ValueError(
             f"lipschitz_norm must be None, 'paper' or 'reference-code', got {conv.lipschitz_norm!r}"
@@ -70,6 +83,60 @@ def check_config(conv: Any) -> Any:
         # the normalised v2 score is bounded only if LeakyReLU is 1-Lipschitz
         raise ValueError(f"lipschitz_norm needs negative_slope <= 1, got {conv.negative_slope}")
     return fill_value
+
+
+def check_inputs(
+    conv: Any, params: dict[str, Any], x: Any, graph: Graph, edge_attr: Any = None
+) -> Graph:
+    """``GATConv.forward``'s inputs (a sparse ``x`` or side whole, before any kernel reads it:
+    :func:`~refimpl.validation.check_sparse_input`); returns the graph the layer attends over."""
+    f_src, f_dst = conv.in_sizes
+    shapes = conv.param_shapes()
+    if isinstance(x, tuple):  # bipartite: (x_src, x_dst), one row per node of each set
+        check_bipartite_inputs(x, graph, "GATConv")
+        if conv.lipschitz_norm is not None:
+            raise ValueError("LipschitzNorm is defined on one node set: pass one x")
+        check_block_inputs(params, shapes, "GATConv", x[0], f_src, "x_src", sparse=True)
+        check_block_inputs(params, shapes, "GATConv", x[1], f_dst, "x_dst", sparse=True)
+    else:
+        if f_src != f_dst:
+            raise ValueError(
+                f"this GATConv has in_channels={conv.in_channels}: pass x as a pair "
+                "(x_src, x_dst) with a bipartite Graph"
+            )
+        check_block_inputs(params, shapes, "GATConv", x, f_src, sparse=True)
+        check_graph_rows(x, graph)
+    x_src = x[0] if isinstance(x, tuple) else x
+    check_optional_input(
+        edge_attr, "edge_attr", "edge_dim", conv.edge_dim, graph.num_edges, x_src, "GATConv"
+    )
+    return conv.prepare_graph(graph)
+
+
+def backward_checked(backward: Callable[[], tuple], dtype: Any) -> tuple[Any, dict[str, Any]]:
+    """``backward()`` (``GATConv``'s steps on finite inputs and cotangent), its gradients
+    checked: a non-finite one overflowed ``dtype``, said in one line (:class:`NonFiniteError`),
+    also where an inner block refused an overflowed cotangent first."""
+    fix = "run in float64 (cast x and the parameters)" if dtype != np.float64 else "rescale x"
+    error = NonFiniteError(
+        f"GATConv.backward: a gradient overflowed {dtype} though the inputs and d_out were "
+        f"finite; {fix}"
+    )
+    with np.errstate(over="ignore", invalid="ignore"):  # reported here, in one line
+        try:
+            d_inputs, d_params = backward()
+        except NonFiniteError:
+            raise error from None
+    if not all(map(all_finite, [*_leaves(d_inputs), *d_params.values()])):
+        raise error
+    return d_inputs, d_params
+
+
+def _leaves(value: Any) -> list[Any]:
+    """The arrays of ``d_x``, ``(d_x_src, d_x_dst)`` or ``(either, d_edge_attr)``; no None."""
+    if isinstance(value, tuple):
+        return [leaf for item in value for leaf in _leaves(item)]
+    return [] if value is None else [value]
 
 
 def _positive_int(value: Any) -> bool:

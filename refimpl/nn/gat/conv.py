@@ -69,7 +69,7 @@ from refimpl.backend import asarray, get_array_module
 from refimpl.graph import Graph, with_configured_self_loops
 from refimpl.kernels.segment import segment_softmax, segment_softmax_backward
 from refimpl.nn.gat import v1, v2
-from refimpl.nn.gat.config import check_config
+from refimpl.nn.gat.config import backward_checked, check_config, check_inputs
 from refimpl.nn.gat.transform import input_sides, transform, transform_backward
 from refimpl.ops.dropout import Dropout
 from refimpl.ops.linear import weight_gradient
@@ -79,14 +79,7 @@ from refimpl.ops.loop_fill import (
     fill_self_loops_backward,
 )
 from refimpl.ops.propagate import propagate, propagate_backward
-from refimpl.validation import (
-    check_bipartite_inputs,
-    check_block_inputs,
-    check_cotangent,
-    check_finite,
-    check_graph_rows,
-    check_optional_input,
-)
+from refimpl.validation import check_cotangent, check_finite
 
 __all__ = ["GATCache", "GATConv"]
 
@@ -235,7 +228,7 @@ class GATConv:
         """
         if self.edge_dim == 1 and getattr(edge_attr, "ndim", None) == 1:
             edge_attr = edge_attr[:, None]  # PyG's view(-1, 1)
-        attended = self._check_inputs(params, x, graph, edge_attr)
+        attended = check_inputs(self, params, x, graph, edge_attr)
         loop_fill = None
         if edge_attr is not None and self.add_self_loops:
             edge_attr, loop_fill = fill_self_loops(edge_attr, graph, self.fill_value)
@@ -310,13 +303,24 @@ class GATConv:
         ``input_grad=False`` skips ``d_x`` and ``d_edge_attr`` (returned as ``None``): a
         network's first layer needs no gradient for the data, and it costs a full
         ``(N, H*C) @ (H*C, in)`` product.
+
+        Raises :class:`~refimpl.validation.NonFiniteError` where a gradient overflows the
+        dtype (float32 features near its largest numbers): forward can be finite where
+        backward is not, as ``d alpha`` sums products of ``h`` and ``d_out``.
         """
+        x, num_nodes = cache.x, (cache.x if cache.x_dst is None else cache.x_dst).shape[0]
+        width = self.heads * self.out_channels if self.concat else self.out_channels
+        check_cotangent(d_out, (num_nodes, width), x.dtype, x, name="d_out")
+        return backward_checked(lambda: self._backward(params, cache, d_out, input_grad), x.dtype)
+
+    def _backward(
+        self, params: dict[str, Any], cache: GATCache, d_out: Any, input_grad: bool
+    ) -> tuple[Any, dict[str, Any]]:
+        """B9-B1 of :meth:`backward` on a checked cotangent."""
         x, graph = cache.x, cache.graph
         x_dst = x if cache.x_dst is None else cache.x_dst
         xp = get_array_module(x)
         num_nodes, heads, channels = x_dst.shape[0], self.heads, self.out_channels
-        out_shape = (num_nodes, heads * channels) if self.concat else (num_nodes, channels)
-        check_cotangent(d_out, out_shape, x.dtype, x, name="d_out")
         src, dst = graph.src_segments(xp), graph.dst_segments(xp)
         d_params: dict[str, Any] = {}
 
@@ -380,31 +384,3 @@ class GATConv:
         """``(edge_index (2, E), alpha (E, H))``: the coefficients per edge and head, before
         dropout, over the edges actually attended (self-loops included when added)."""
         return cache.graph.edge_index_on(get_array_module(cache.alpha)), cache.alpha
-
-    def _check_inputs(
-        self, params: dict[str, Any], x: Any, graph: Graph, edge_attr: Any = None
-    ) -> Graph:
-        f_src, f_dst = self.in_sizes
-        if isinstance(x, tuple):  # bipartite: (x_src, x_dst), one row per node of each set
-            check_bipartite_inputs(x, graph, "GATConv")
-            if self.lipschitz_norm is not None:
-                raise ValueError("LipschitzNorm is defined on one node set: pass one x")
-            check_block_inputs(
-                params, self.param_shapes(), "GATConv", x[0], f_src, "x_src", sparse=True
-            )
-            check_block_inputs(
-                params, self.param_shapes(), "GATConv", x[1], f_dst, "x_dst", sparse=True
-            )
-        else:
-            if f_src != f_dst:
-                raise ValueError(
-                    f"this GATConv has in_channels={self.in_channels}: pass x as a pair "
-                    "(x_src, x_dst) with a bipartite Graph"
-                )
-            check_block_inputs(params, self.param_shapes(), "GATConv", x, f_src, sparse=True)
-            check_graph_rows(x, graph)
-        x_src = x[0] if isinstance(x, tuple) else x
-        check_optional_input(
-            edge_attr, "edge_attr", "edge_dim", self.edge_dim, graph.num_edges, x_src, "GATConv"
-        )
-        return self.prepare_graph(graph)

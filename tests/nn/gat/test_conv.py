@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import replace
 
 import numpy as np
@@ -17,6 +18,7 @@ from refimpl.nn import GATConv
 from refimpl.testing import check_gradients, max_relative_error, relative_errors
 from refimpl.testing import strict as strict_xp
 from refimpl.testing.tolerances import FORWARD_RTOL, GRADCHECK_RTOL
+from refimpl.validation import NonFiniteError
 from tests.strategies import graphs, seeds
 
 RTOL64 = FORWARD_RTOL[np.dtype(np.float64)]
@@ -388,13 +390,47 @@ def test_bad_upstream_gradient_shape() -> None:
     [
         ({"heads": 0}, "heads must be a positive int"),
         ({"version": "v3"}, "version must be"),
-        ({"dropout": 1.0}, r"dropout must be in \[0, 1\)"),
+        ({"dropout": 1.0}, r"GATConv dropout must be a probability in \[0, 1\)"),
+        ({"dropout": float("nan")}, r"GATConv dropout must be a probability in \[0, 1\)"),
+        ({"dropout": "0.5"}, r"GATConv dropout must be a probability in \[0, 1\)"),
+        ({"negative_slope": -0.1}, "GATConv negative_slope must be a finite number >= 0"),
+        ({"negative_slope": float("nan")}, "GATConv negative_slope must be a finite number"),
+        ({"negative_slope": float("inf")}, "GATConv negative_slope must be a finite number"),
+        ({"fill_value": 10**400, "edge_dim": 2}, "fill_value must be finite numbers"),
+        ({"fill_value": np.array([1.0, 2.0]), "edge_dim": 3}, "has 2 numbers but edge_dim is 3"),
         ({"out_channels": 2.5}, "positive int"),
     ],
 )
 def test_bad_configuration(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         GATConv(**{"in_channels": 3, "out_channels": 2, **kwargs})
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_float32_gradient_overflow_is_refused_in_one_line(version: str) -> None:
+    # Regression: float32 GATConv.backward at x = 1e38 returned non-finite gradients, or an
+    # inner block's "d_y contains NaN", which blamed a cotangent the caller never saw. The
+    # forward is finite (each output a convex combination of messages) where d alpha, a sum
+    # over channels of h * d_out, is not; no test had run backward near float32's largest.
+    graph = Graph(np.array([[0, 1, 2, 3, 1], [1, 2, 3, 0, 0]]), 4)
+    conv = GATConv(5, 3, version=version)
+    params = conv.init_params(np.random.default_rng(0), dtype=np.float32)
+    x = (1e38 * np.random.default_rng(1).uniform(0.5, 1.0, (4, 5))).astype(np.float32)
+    out, cache = conv.forward(params, x, graph)
+    assert np.isfinite(out).all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no overflow warning on the way
+        with pytest.raises(NonFiniteError, match="gradient overflowed float32") as info:
+            conv.backward(params, cache, np.ones_like(out))
+    assert str(info.value) == (
+        "GATConv.backward: a gradient overflowed float32 though the inputs and d_out were "
+        "finite; run in float64 (cast x and the parameters)"
+    )
+    # what the message advises: float64 holds the same numbers' gradients
+    params = {name: value.astype(np.float64) for name, value in params.items()}
+    out, cache = conv.forward(params, x.astype(np.float64), graph)
+    d_x, d_params = conv.backward(params, cache, np.ones_like(out))
+    assert all(np.isfinite(g).all() for g in [d_x, *d_params.values()])
 
 
 def test_bad_graph_indices_are_refused_at_construction() -> None:

@@ -11,17 +11,20 @@ from typing import Any
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from refimpl import Graph
 from refimpl.nn import GATConv
 from refimpl.testing import check_gradients, max_relative_error
-from refimpl.testing.tolerances import GRADCHECK_RTOL, TWIN_RTOL
+from refimpl.testing.tolerances import FORWARD_RTOL, GRADCHECK_RTOL, TWIN_RTOL
 from tests.bipartite import Bipartite
 from tests.naive.test_gat_twins import Case, cancelled, run_both, twin_errors
 from tests.nn.gat.test_conv import kink_distance
 from tests.strategies import bipartite_graphs, seeds
+
+F64 = FORWARD_RTOL[np.dtype(np.float64)]
 
 
 @st.composite
@@ -148,3 +151,38 @@ def test_a_bipartite_graph_needs_the_pair_and_configurations_are_checked() -> No
         GATConv((4, 2), 3, lipschitz_norm="paper")
     with pytest.raises(ValueError, match="in_channels must be a positive int, or a pair"):
         GATConv((4, 0), 3)
+
+
+def test_v2_projection_biases_are_drawn_within_each_sides_fan_in() -> None:
+    # PyG's lin_l and lin_r are Linear(F_src, .) and Linear(F_dst, .): each bias from
+    # U(-1/sqrt(F), 1/sqrt(F)) of its own side. Widths 100 and 4 give bounds 0.1 and 0.5, and
+    # 64 draws each come within 0.8 of their bound (all below it: 0.8**64, about 1e-6).
+    conv = GATConv((100, 4), 8, heads=8, version="v2", projection_bias=True)
+    params = conv.init_params(np.random.default_rng(0))
+    for name, fan_in in (("b_s", 100), ("b_t", 4)):
+        largest, bound = np.abs(params[name]).max(), 1 / np.sqrt(fan_in)
+        assert 0.8 * bound < largest <= bound, (name, largest, bound)
+
+
+@pytest.mark.parametrize("sides", ["x_dst", "both"])
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_a_sparse_x_dst_gives_the_dense_results(sides: str, version: str) -> None:
+    # sparse input features on the targets' side: its map, the residual's x_dst W_res^T and
+    # both their weight gradients run over the stored values; d_x_dst is dense
+    rng = np.random.default_rng(0)
+    graph = Graph(np.stack([rng.integers(0, 6, 14), rng.integers(0, 5, 14)]), 6, num_dst_nodes=5)
+    conv = GATConv((4, 3), 2, heads=2, version=version, residual=True,
+                   projection_bias=version == "v2")  # fmt: skip
+    params = conv.init_params(rng)
+    x_src = rng.standard_normal((6, 4))
+    x_dst = np.where(rng.random((5, 3)) < 0.5, rng.standard_normal((5, 3)), 0.0)
+    sparse_src = sp.csr_matrix(x_src) if sides == "both" else x_src
+    d_out = rng.standard_normal((5, 4))
+    results = []
+    for x in ((x_src, x_dst), (sparse_src, sp.csr_matrix(x_dst))):
+        out, cache = conv.forward(params, x, graph)
+        (d_x_src, d_x_dst), d_params = conv.backward(params, cache, d_out)
+        results.append({"out": out, "d_x_src": d_x_src, "d_x_dst": d_x_dst, **d_params})
+    for name, dense in results[0].items():
+        assert isinstance(results[1][name], np.ndarray), name
+        assert max_relative_error(results[1][name], dense) <= F64, name  # sums reordered
