@@ -7,7 +7,8 @@ The file (``numpy.savez``; plain arrays, read with ``allow_pickle=False``)
 key                    shape, dtype              meaning
 =====================  ========================  ===========================================
 ``config``             0-d str (JSON)            ``{"framework": "pyg" | "refimpl",
-                                                 "layer": NAME, "kwargs": {...}}``
+                                                 "layer": NAME, "kwargs": {...}}``, and
+                                                 optionally ``"frozen": [names]``
 ``param/<name>``       float arrays              parameters; PyG state-dict names for
                                                  ``"pyg"`` (e.g. ``param/lin.weight``), ours
                                                  for ``"refimpl"`` (``param/W``)
@@ -17,15 +18,29 @@ key                    shape, dtype              meaning
 ``input/x_src``,       (N_src, F_src), (N_dst,   a bipartite layer's inputs in place of ``input/x``
 ``input/x_dst``        F_dst) float              (PyG's ``x = (x_src, x_dst)``; ``kwargs``'
                                                  ``in_channels`` a 2-list)
-``input/edge_attr``    (E, edge_dim) float       edge features (a layer with ``edge_dim``)
+``input/edge_attr``    (E, edge_dim) float       edge features (a layer with ``edge_dim``;
+                                                 ``(E,)`` for ``edge_dim=1``, as PyG reads it)
 ``output/out``         float                     the other implementation's output
 ``cotangent``          shaped like ``out``       ``c`` of the scalar loss ``L = sum(c * out)``
 ``grad/input/x``       like ``input/x``          ``dL/dx`` (optional, as every ``grad/``)
-``grad/input/edge_attr``                         ``dL/d edge_attr``
+``grad/input/edge_attr``                         ``dL/d edge_attr``, shaped as ``edge_attr``
 ``grad/input/x_src``,  like the inputs           ``dL/d x_src``, ``dL/d x_dst`` (bipartite)
 ``grad/input/x_dst``
 ``grad/param/<name>``  like ``param/<name>``     ``dL/d param``, under the parameters' names
 =====================  ========================  ===========================================
+
+Nothing else: an entry the reader does not know (``input/edge_weight``, a typo) is refused,
+not ignored, and so is a file whose entries mean two things: ``input/x`` beside
+``input/x_src`` / ``input/x_dst``, a ``grad/`` entry for an input or parameter the file does
+not give (``grad/input/x`` in a bipartite file), a gradient given for a frozen parameter.
+``input/edge_index`` must be an integer array (not float, not boolean) whose sources lie in
+``[0, N_src)`` and targets in ``[0, N_dst)``: a float one is refused, never truncated.
+
+Frozen parameters (``requires_grad=False`` in torch) have no gradient: list their names
+under the config's ``"frozen"`` (PyG's names for ``"pyg"``). Their values are used in the
+forward; their gradients are not compared, need no ``grad/param/`` entry, and a note names
+each. ``named_parameters()`` lists them, so an export writes
+``{k: p.grad for k, p in named_parameters() if p.requires_grad}``.
 
 Layers: ``"pyg"`` takes PyG's class names and constructor arguments: ``GATConv``
 (our GATConv v1), ``GATv2Conv`` (v2) and ``TransformerConv``; ``"refimpl"`` takes our
@@ -69,7 +84,7 @@ from refimpl.nn import GATConv, TransformerConv
 from refimpl.testing.tolerances import FORWARD_RTOL, GRADIENT_RTOL
 from refimpl.validation import check_nonnegative_number
 
-__all__ = ["CrosscheckError", "crosscheck", "crosscheck_arrays", "layer_from_config"]
+__all__ = ["CrosscheckError", "crosscheck", "crosscheck_arrays", "graph_of", "layer_from_config"]
 
 # outputs, gradients: a few ulps of the data's precision along the layer's chain of sums
 TOLERANCES = {dtype: (FORWARD_RTOL[dtype], GRADIENT_RTOL[dtype]) for dtype in GRADIENT_RTOL}
@@ -87,6 +102,14 @@ _PYG_ARGUMENTS = {
     ).split(),
 }
 _OURS = {"GATConv": GATConv, "TransformerConv": TransformerConv}
+_CONFIG_KEYS = ("framework", "layer", "kwargs", "frozen")
+# the entries the reader maps (module docstring); input/edge_index has no gradient
+_INPUTS = ("x", "x_src", "x_dst", "edge_index", "edge_attr")
+_DIFFERENTIABLE = ("x", "x_src", "x_dst", "edge_attr")
+_LAYOUT = (
+    "config, param/<name>, input/{x, x_src, x_dst, edge_index, edge_attr}, output/out, "
+    "cotangent, grad/input/{x, x_src, x_dst, edge_attr}, grad/param/<name>"
+)
 
 
 class CrosscheckError(ValueError):
@@ -99,6 +122,12 @@ def layer_from_config(config: dict[str, Any]) -> GATConv | TransformerConv:
         raise CrosscheckError(
             'config must be a JSON object {"framework": ..., "layer": ..., "kwargs": {...}}, '
             f"got {config!r}"
+        )
+    unknown = [key for key in config if key not in _CONFIG_KEYS]
+    if unknown:
+        raise CrosscheckError(
+            f"config has {unknown[0]!r}, which the crosscheck does not read; its keys are "
+            f"{list(_CONFIG_KEYS)}"
         )
     framework, name = config.get("framework", "pyg"), config.get("layer")
     kwargs = config.get("kwargs", {})
@@ -142,6 +171,24 @@ def _spelled(kwargs: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
 
 
+def graph_of(
+    edge_index: Any, num_nodes: int, num_dst_nodes: int | None = None, name: str = "edge_index"
+) -> Graph:
+    """The :class:`~refimpl.graph.Graph` of an edge list, checked as :class:`Graph` checks it
+    (an integer ``(2, E)`` array, sources in ``[0, num_nodes)``, targets in
+    ``[0, num_dst_nodes)``), or a :class:`CrosscheckError` naming ``name``: a float edge list
+    is refused, never truncated to another graph."""
+    if getattr(edge_index, "dtype", None) == np.bool_:  # Graph's advice, astype(int), is wrong
+        raise CrosscheckError(
+            f"{name} is boolean; an edge list holds node indices: an integer (2, E) array, "
+            "row 0 the sources, row 1 the targets"
+        )
+    try:
+        return Graph(edge_index, num_nodes, num_dst_nodes=num_dst_nodes)
+    except (TypeError, ValueError) as err:
+        raise CrosscheckError(f"{name}: {err}") from err
+
+
 def crosscheck(path: str | Path, rtol: float | None = None) -> tuple[Comparison, list[str]]:
     """Run our layer on the file's inputs and parameters; compare outputs and gradients.
 
@@ -159,6 +206,7 @@ def crosscheck_arrays(
     ``config`` entry a JSON string); ``source`` names them in error messages."""
     if rtol is not None:
         check_nonnegative_number(rtol, "rtol")
+    _check_entries(arrays, source)
     bipartite = "input/x_src" in arrays or "input/x_dst" in arrays
     features = ("input/x_src", "input/x_dst") if bipartite else ("input/x",)
     for key in ("config", *features, "input/edge_index", "output/out"):
@@ -170,6 +218,9 @@ def crosscheck_arrays(
         raise CrosscheckError(f"config is not JSON: {err}") from err
     layer = layer_from_config(config)
     pyg = config.get("framework", "pyg") == "pyg"
+    for key in features:
+        if np.ndim(arrays[key]) != 2:
+            raise CrosscheckError(f"{key} must be (nodes, features), got shape {arrays[key].shape}")
     x = arrays[features[0]]
     if rtol is not None:
         out_rtol = grad_rtol = rtol
@@ -179,14 +230,11 @@ def crosscheck_arrays(
         raise CrosscheckError(f"{features[0]} has dtype {x.dtype}; use float32 or float64")
     notes: list[str] = []
     given = {k.removeprefix("param/"): v for k, v in arrays.items() if k.startswith("param/")}
+    frozen = _frozen(config, given, arrays)
     params = from_pyg(layer, given) if pyg else given
-    if bipartite:  # sources and targets: two node sets
-        x_dst = arrays["input/x_dst"]
-        graph = Graph(arrays["input/edge_index"], x.shape[0], num_dst_nodes=x_dst.shape[0])
-        inputs: list[Any] = [(x, x_dst), graph]
-    else:
-        graph = Graph(arrays["input/edge_index"], x.shape[0])
-        inputs = [x, graph]
+    num_dst = arrays["input/x_dst"].shape[0] if bipartite else None
+    graph = graph_of(arrays["input/edge_index"], x.shape[0], num_dst, "input/edge_index")
+    inputs: list[Any] = [(x, arrays["input/x_dst"]) if bipartite else x, graph]
     if "input/edge_attr" in arrays:
         inputs.append(arrays["input/edge_attr"])
     try:
@@ -200,50 +248,111 @@ def crosscheck_arrays(
     result = compare_tensors(ours, reference, out_rtol)
 
     grads = {k.removeprefix("grad/"): v for k, v in arrays.items() if k.startswith("grad/")}
-    if grads:
-        if "cotangent" not in arrays:
-            raise CrosscheckError("gradients are given but no 'cotangent' (c of L = sum(c * out))")
-        cotangent = arrays["cotangent"]
-        if cotangent.dtype != out.dtype:
-            raise CrosscheckError(
-                f"cotangent has dtype {cotangent.dtype} but the output is {out.dtype}; "
-                "save the cotangent in the dtype of the run"
-            )
-        d_inputs, d_params = layer.backward(params, cache, cotangent)
-        # x (a pair for a bipartite layer) and edge_attr: the graph has none
-        d_inputs = (d_inputs,) if len(inputs) == 2 else tuple(d_inputs)
-        if bipartite:
-            ours_grads = {"input/x_src": d_inputs[0][0], "input/x_dst": d_inputs[0][1]}
-        else:
-            ours_grads = {"input/x": d_inputs[0]}
-        if len(d_inputs) > 1:
-            ours_grads["input/edge_attr"] = d_inputs[1]
-        their_params = {
-            k.removeprefix("param/"): v for k, v in grads.items() if k.startswith("param/")
-        }
-        if pyg and their_params:
-            their_params, skipped = _pyg_gradients(layer, their_params, given)
-            notes += [f"grad/param/{k}: not compared ({why})" for k, why in skipped.items()]
-        ours_grads.update({f"param/{k}": v for k, v in d_params.items()})
-        reference_grads = {k: v for k, v in grads.items() if k.startswith("input/")}
-        reference_grads.update({f"param/{k}": v for k, v in their_params.items()})
-        for name in [n for n in ours_grads if n not in reference_grads]:
-            del ours_grads[name]
-            notes.append(f"grad/{name}: not in the file, not compared")
-        names = list(reference_grads)
-        grad_result = compare_tensors(
-            {f"grad/{k}": v for k, v in ours_grads.items()},
-            {f"grad/{k}": v for k, v in reference_grads.items()},
-            grad_rtol,
-            groups={"gradients": [f"grad/{k}" for k in names]},
+    if not grads:
+        if "cotangent" in arrays:
+            notes.append("cotangent: given without any grad/ entry, so only out is compared")
+        return result, notes
+    if "cotangent" not in arrays:
+        raise CrosscheckError("gradients are given but no 'cotangent' (c of L = sum(c * out))")
+    cotangent = arrays["cotangent"]
+    if cotangent.dtype != out.dtype:
+        raise CrosscheckError(
+            f"cotangent has dtype {cotangent.dtype} but the output is {out.dtype}; "
+            "save the cotangent in the dtype of the run"
         )
-        result = result + grad_result
-    return result, notes
+    d_inputs, d_params = layer.backward(params, cache, cotangent)
+    # x (a pair for a bipartite layer) and edge_attr: the graph has none
+    d_inputs = (d_inputs,) if len(inputs) == 2 else tuple(d_inputs)
+    if bipartite:
+        ours_grads = {"input/x_src": d_inputs[0][0], "input/x_dst": d_inputs[0][1]}
+    else:
+        ours_grads = {"input/x": d_inputs[0]}
+    if len(d_inputs) > 1:  # shaped as the input: (E,) for a 1-D edge_attr (edge_dim=1)
+        ours_grads["input/edge_attr"] = d_inputs[1].reshape(np.shape(inputs[2]))
+    their_params = {k.removeprefix("param/"): v for k, v in grads.items() if k.startswith("param/")}
+    frozen_ours = {} if pyg else {name: name for name in frozen}
+    if pyg and their_params:
+        their_params, skipped, frozen_ours = _pyg_gradients(layer, their_params, given, frozen)
+        notes += [f"grad/param/{k}: not compared ({why})" for k, why in skipped.items()]
+    for name, key in frozen_ours.items():
+        their_params.pop(name, None)
+        pyg_name = f"PyG's {key}, " if pyg else ""
+        notes.append(
+            f"grad/param/{name}: not compared (frozen: {pyg_name}requires_grad=False, no "
+            "gradient; its value is used in the forward)"
+        )
+    ours_grads.update({f"param/{k}": v for k, v in d_params.items() if k not in frozen_ours})
+    reference_grads = {k: v for k, v in grads.items() if k.startswith("input/")}
+    reference_grads.update({f"param/{k}": v for k, v in their_params.items()})
+    for name in [n for n in ours_grads if n not in reference_grads]:
+        del ours_grads[name]
+        notes.append(f"grad/{name}: not in the file, not compared")
+    names = list(reference_grads)
+    grad_result = compare_tensors(
+        {f"grad/{k}": v for k, v in ours_grads.items()},
+        {f"grad/{k}": v for k, v in reference_grads.items()},
+        grad_rtol,
+        groups={"gradients": [f"grad/{k}" for k in names]},
+    )
+    return result + grad_result, notes
+
+
+def _check_entries(arrays: dict[str, Any], source: str) -> None:
+    """Every entry one the reader maps, and no two that mean the same thing."""
+    unknown = [key for key in arrays if not _known(key)]
+    if unknown:
+        raise CrosscheckError(
+            f"{source} has entries a crosscheck file does not hold: {unknown}; its entries are "
+            f"{_LAYOUT} (see refimpl.interop.crosscheck)"
+        )
+    pair = [key for key in ("input/x_src", "input/x_dst") if key in arrays]
+    if "input/x" in arrays and pair:
+        raise CrosscheckError(
+            f"{source} has input/x and {' and '.join(pair)}: node features twice; give "
+            "input/x (one node set) or input/x_src and input/x_dst (a bipartite layer)"
+        )
+    for key in arrays:
+        if key.startswith("grad/") and key.removeprefix("grad/") not in arrays:
+            raise CrosscheckError(
+                f"{source} has {key} but no {key.removeprefix('grad/')}: a gradient for an "
+                "input or parameter the file does not give"
+            )
+
+
+def _known(key: str) -> bool:
+    if key in ("config", "output/out", "cotangent"):
+        return True
+    for prefix, names in (("grad/input/", _DIFFERENTIABLE), ("input/", _INPUTS)):
+        if key.startswith(prefix):
+            return key.removeprefix(prefix) in names
+    return any(key.startswith(p) and len(key) > len(p) for p in ("param/", "grad/param/"))
+
+
+def _frozen(config: dict[str, Any], params: dict[str, Any], arrays: dict[str, Any]) -> list[str]:
+    """The config's ``"frozen"`` parameter names, each a ``param/`` entry without a gradient."""
+    frozen = config.get("frozen", [])
+    if not isinstance(frozen, list) or not all(isinstance(name, str) for name in frozen):
+        raise CrosscheckError(f"config's frozen must be a list of parameter names, got {frozen!r}")
+    for name in frozen:
+        if name not in params:
+            raise CrosscheckError(
+                f"config's frozen lists {name!r}, which is no param/ entry; parameters: "
+                f"{sorted(params)}"
+            )
+        if f"grad/param/{name}" in arrays:
+            raise CrosscheckError(
+                f"grad/param/{name} is given for a parameter the config lists as frozen "
+                "(requires_grad=False, no gradient): drop one or the other"
+            )
+    return frozen
 
 
 def _pyg_gradients(
-    layer: GATConv | TransformerConv, grads: dict[str, np.ndarray], params: dict[str, np.ndarray]
-) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    layer: GATConv | TransformerConv,
+    grads: dict[str, np.ndarray],
+    params: dict[str, np.ndarray],
+    frozen: list[str],
+) -> tuple[dict[str, np.ndarray], dict[str, str], dict[str, str]]:
     """PyG-named gradients under our names, driven by the layer's state-dict layout (the
     one :func:`~refimpl.interop.pyg.from_pyg` read ``params`` with).
 
@@ -251,13 +360,27 @@ def _pyg_gradients(
     only one of the two is given: ``named_parameters()`` lists a shared module once. Keys
     refimpl has no counterpart for (``"zero"``: their values must be zero, their gradients
     need not be; ``"ignored"``: PyG never uses them) are set aside: they need no gradient,
-    are not compared, and are returned with the reason.
+    are not compared, and are returned with the reason. ``frozen`` keys (and their twins)
+    have no gradient: zeros stand in for the conversion, and the third result maps each
+    of our names they hold to the PyG key, to be left out of the comparison.
     """
     layout = None
     if isinstance(layer, GATConv) and layer.version == "v1":
         layout = detect_gat_v1_layout(set(params))
     entries = layout_entries(layer, layout, NEWEST)
+    by_key = {entry.key: entry for entry in entries}
+    held = {e.key: by_key[e.source].ours if e.kind == "alias" else e.ours for e in entries}
+    frozen_ours = {name: key for key in frozen for name in held.get(key, ())}
     grads = dict(grads)
+    for key in params:
+        if set(held.get(key, ())) & set(frozen_ours):
+            if key in grads:  # its twin is frozen: one module under two names
+                twin = frozen_ours[held[key][0]]
+                raise CrosscheckError(
+                    f"grad/param/{key} is given, but {twin}, the same parameter under "
+                    "PyG's other name, is frozen (no gradient): drop one or the other"
+                )
+            grads[key] = np.zeros_like(params[key])
     for entry in entries:
         if entry.kind == "alias":
             if entry.key not in grads and entry.source in grads:
@@ -274,9 +397,10 @@ def _pyg_gradients(
     if missing:
         raise CrosscheckError(
             f"gradients are given for some parameters but not for {missing}; give "
-            "grad/param/<name> for every parameter (module.named_parameters()) or for none"
+            "grad/param/<name> for every parameter (module.named_parameters()) or for none, "
+            "and list frozen ones (requires_grad=False) in the config's frozen list"
         )
-    return from_pyg(layer, grads), skipped
+    return from_pyg(layer, grads), skipped, frozen_ours
 
 
 def _no_counterpart(layer: GATConv | TransformerConv, entry: Entry) -> str:

@@ -7,9 +7,13 @@ inputs, parameters (``state_dict()``), output and gradients (``named_parameters(
 :func:`refimpl.interop.crosscheck.crosscheck_arrays`: the same checks, tolerances, notes and
 per-tensor table as ``refimpl crosscheck FILE.npz``, whose format those arrays follow.
 
-The module given is not changed: the run uses a deep copy (``.double().eval()``), so the
-caller's dtype, training mode and gradients stay as they were. A configuration refimpl has no
-counterpart for raises :class:`~refimpl.interop.crosscheck.CrosscheckError` saying which.
+The module given is not changed: the run uses a deep copy (``.cpu().double().eval()``), so
+the caller's device, dtype, training mode and gradients stay as they were; its frozen
+parameters (``requires_grad=False``) go to the crosscheck's ``"frozen"`` list. Inputs are
+those PyG's ``forward`` takes, a sparse adjacency read as PyG reads it (transposed). A
+configuration refimpl has no counterpart for, and an input the check cannot read (a float
+``edge_index``, ``x = (x_src, None)``, ...), raise
+:class:`~refimpl.interop.crosscheck.CrosscheckError` in one line saying which.
 Needs torch and torch_geometric (the ``crosscheck`` extra); they are imported when the
 function is called.
 """
@@ -23,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from refimpl.interop.compare import Comparison, host_array
-from refimpl.interop.crosscheck import CrosscheckError, crosscheck_arrays
+from refimpl.interop.crosscheck import CrosscheckError, crosscheck_arrays, graph_of
 
 __all__ = ["check_pyg_module", "pyg_config"]
 
@@ -86,13 +90,21 @@ def check_pyg_module(
     Parameters
     ----------
     module : torch_geometric.nn.GATConv, GATv2Conv or TransformerConv
-        Left unchanged (a deep copy runs).
+        Left unchanged (a deep copy runs). Its frozen parameters (``requires_grad=False``)
+        take part in the forward; their gradients are not compared, and a note names each.
     x : (N, in_channels) array or tensor, or a pair ``(x_src, x_dst)``
         The pair for a bipartite graph (``N_src`` sources, ``N_dst`` targets), as PyG takes
-        it; checked as the crosscheck file's ``input/x_src`` and ``input/x_dst``.
-    edge_index : (2, E) integer array or tensor, row 0 the sources
+        it; checked as the crosscheck file's ``input/x_src`` and ``input/x_dst``. Both
+        sides must be given (PyG's ``(x_src, None)`` is refused).
+    edge_index : (2, E) integer array or tensor, row 0 the sources, or a sparse adjacency
+        A ``torch.sparse`` tensor (COO, CSR or CSC) or a ``torch_sparse.SparseTensor`` is
+        read as PyG reads it, transposed (``adj_t``, of shape ``(N_dst, N_src)``: row the
+        target, column the source), its stored entries the edges in their stored order.
     edge_attr : (E, edge_dim) array or tensor, optional
-        For a layer with ``edge_dim``.
+        For a layer with ``edge_dim``; ``(E,)`` for ``edge_dim=1`` (PyG's ``view(-1, 1)``),
+        whose gradient is compared in that shape. Rows follow the edges (a sparse
+        adjacency's stored entries); a ``SparseTensor``'s values are its edge features when
+        ``edge_attr`` is None, as in PyG.
     cotangent : array shaped like the output, optional
         ``c`` of ``L = sum(c * out)``; default a standard normal draw of ``seed``.
     rtol : float, optional
@@ -104,23 +116,39 @@ def check_pyg_module(
         ``.passed``, and ``.table(title)``: the table ``refimpl crosscheck`` prints.
     notes : list of str
         Tensors not compared, and why.
+
+    Raises
+    ------
+    CrosscheckError
+        In one line: a configuration without a refimpl counterpart, ``x = (x_src, None)``,
+        an ``edge_index`` that is not integer (float, boolean) or indexes a node that does
+        not exist, a sparse adjacency of the wrong shape or with duplicate entries, or
+        inputs PyG's module itself fails on.
     """
     import torch
 
     config = pyg_config(module)
-    reference = copy.deepcopy(module).double().eval()
-    names = ("x_src", "x_dst") if isinstance(x, (tuple, list)) else ("x",)
-    sides = x if isinstance(x, (tuple, list)) else (x,)
-    x_t = [
-        torch.as_tensor(np.asarray(host_array(side), dtype=np.float64)).requires_grad_(True)
-        for side in sides
-    ]
-    edge_index_t = torch.as_tensor(np.array(host_array(edge_index), dtype=np.int64))  # a copy
+    name = config["layer"]
+    x_t = [torch.as_tensor(side).requires_grad_(True) for side in _features(x)]
+    sizes = (x_t[0].shape[0], x_t[-1].shape[0])
+    adjacency, edges, edge_attr = _edge_list(module, name, edge_index, edge_attr, sizes)
+    graph = graph_of(edges, sizes[0], sizes[1] if len(x_t) == 2 else None)
+    edge_index_t = torch.as_tensor(np.array(graph.edge_index))  # int64, a copy
     inputs = [tuple(x_t) if len(x_t) == 2 else x_t[0], edge_index_t]
+    if adjacency is not None:
+        inputs[1] = adjacency.clone().cpu()  # PyG marks a COO tensor coalesced: a copy
     if edge_attr is not None:
-        edge_attr_t = torch.as_tensor(np.asarray(host_array(edge_attr), dtype=np.float64))
+        edge_attr_t = torch.as_tensor(np.array(host_array(edge_attr), dtype=np.float64))
         inputs.append(edge_attr_t.requires_grad_(True))
-    out = reference(*inputs)
+    reference = copy.deepcopy(module).cpu().double().eval()
+    try:
+        out = reference(*inputs)
+    except (AssertionError, NotImplementedError, RuntimeError, ValueError, IndexError) as err:
+        words = " ".join(str(err).split()) or "an assertion in its forward"
+        raise CrosscheckError(
+            f"PyG's {name} itself fails on these inputs ({type(err).__name__}: {words}); "
+            "nothing to compare"
+        ) from err
     if cotangent is None:
         cotangent = np.random.default_rng(seed).standard_normal(tuple(out.shape))
     cotangent = np.asarray(host_array(cotangent), dtype=np.float64)
@@ -131,15 +159,100 @@ def check_pyg_module(
         "output/out": out.detach().numpy(),
         "cotangent": cotangent,
     }
-    for name, side in zip(names, x_t, strict=True):
-        arrays[f"input/{name}"] = side.detach().numpy()
-        arrays[f"grad/input/{name}"] = _gradient(side)
+    for key, side in zip(("x_src", "x_dst") if len(x_t) == 2 else ("x",), x_t, strict=True):
+        arrays[f"input/{key}"] = side.detach().numpy()
+        arrays[f"grad/input/{key}"] = _gradient(side)
     if edge_attr is not None:
         arrays["input/edge_attr"] = inputs[2].detach().numpy()
         arrays["grad/input/edge_attr"] = _gradient(inputs[2])
     arrays.update({f"param/{k}": v.numpy() for k, v in reference.state_dict().items()})
-    arrays.update({f"grad/param/{k}": _gradient(p) for k, p in reference.named_parameters()})
-    return crosscheck_arrays(arrays, rtol, source=f"PyG {config['layer']}")
+    parameters = dict(reference.named_parameters())
+    frozen = [k for k, p in parameters.items() if not p.requires_grad]
+    if frozen:  # no gradient: the crosscheck leaves them out and says so
+        config["frozen"] = frozen
+        arrays["config"] = json.dumps(config)
+    arrays.update(
+        {f"grad/param/{k}": _gradient(p) for k, p in parameters.items() if p.requires_grad}
+    )
+    return crosscheck_arrays(arrays, rtol, source=f"PyG {name}")
+
+
+def _features(x: Any) -> list[np.ndarray]:
+    """``x``, or the two sides of a pair, as float64 ``(nodes, features)`` host arrays."""
+    pair = isinstance(x, (tuple, list))
+    if pair and (len(x) != 2 or any(side is None for side in x)):
+        raise CrosscheckError(
+            "x must be an (N, in_channels) array or a pair (x_src, x_dst) of two; PyG's "
+            "(x_src, None) has no refimpl counterpart (GATConv then scores each edge by its "
+            "source alone, GATv2Conv and TransformerConv need x_dst): pass both sides (for "
+            "GATConv, x_dst = zeros of N_src rows gives the output of (x_src, None))"
+        )
+    sides = [np.array(host_array(side), dtype=np.float64) for side in (x if pair else (x,))]
+    for label, side in zip(("x_src", "x_dst") if pair else ("x",), sides, strict=True):
+        if side.ndim != 2:
+            raise CrosscheckError(f"{label} must be (nodes, features), got shape {side.shape}")
+    return sides
+
+
+def _edge_list(
+    module: Any, name: str, edge_index: Any, edge_attr: Any, sizes: tuple[int, int]
+) -> tuple[Any, Any, Any]:
+    """``(adjacency, edges, edge_attr)``: a sparse adjacency (None for an edge list), the
+    ``(2, E)`` edges to check (sources in row 0), and the edge features.
+
+    PyG reads a sparse ``edge_index`` transposed (PyG 2.8.1, read in its source): the
+    ``collect`` it generates for each conv (``torch_geometric/nn/conv/collect.jinja``) and
+    ``MessagePassing._collect`` take the target of each stored entry from its row
+    (``edge_index_i``, the softmax's index) and the source from its column
+    (``edge_index_j``): ``indices()`` of a COO tensor, ``crow_indices()`` and
+    ``col_indices()`` of a CSR one (a CSC one is refused there), ``coo()`` of a
+    ``SparseTensor``, whose values become ``edge_attr`` when none is given (a
+    ``torch.sparse`` tensor's only when they are not one number per entry). ``propagate``'s
+    docstring: "(row, col) should relate to row = edge_index[1] and col = edge_index[0]".
+    The entries are read here with ``torch_geometric.utils.to_edge_index``, in that order.
+    """
+    import torch
+    from torch_geometric.typing import SparseTensor
+    from torch_geometric.utils import to_edge_index
+
+    if isinstance(edge_index, SparseTensor):
+        row, col, values = edge_index.coo()
+        shape = tuple(edge_index.sizes())
+    elif isinstance(edge_index, torch.Tensor) and edge_index.layout != torch.strided:
+        (row, col), values = to_edge_index(edge_index.clone())
+        shape = tuple(edge_index.shape)
+        if values.dim() > 1:
+            raise CrosscheckError(
+                f"edge_index is a sparse adjacency with values of shape {tuple(values.shape)}, "
+                "which PyG reads as edge features; pass them as edge_attr= (rows in the "
+                "adjacency's stored order) and the adjacency with one value per entry"
+            )
+        values = None
+    else:  # an edge list: a nested list as it is (Graph reads [] as no edges)
+        edges = edge_index if isinstance(edge_index, (list, tuple)) else host_array(edge_index)
+        return None, edges, edge_attr
+    expected = (sizes[1], sizes[0])  # adj_t: targets by sources
+    if shape[:2] != expected:
+        raise CrosscheckError(
+            f"edge_index is a sparse adjacency of shape {shape[:2]}; PyG reads it transposed "
+            f"(adj_t: row the target, column the source), so for these x it must be "
+            f"{expected} (N_dst, N_src)"
+        )
+    edges = torch.stack([col, row]).cpu().numpy()
+    if np.unique(edges[1] * sizes[0] + edges[0]).size < edges.shape[1]:
+        raise CrosscheckError(
+            "edge_index is a sparse adjacency with duplicate entries, which PyG merges when "
+            "it adds self-loops and keeps otherwise; coalesce it, or pass the (2, E) edge list"
+        )
+    if values is not None and edge_attr is None and module.edge_dim is not None:
+        edge_attr = values  # PyG's edge_attr when none is given
+    elif values is not None and edge_attr is None and name == "TransformerConv":
+        raise CrosscheckError(
+            "edge_index is a SparseTensor with values, which PyG's TransformerConv without "
+            "edge_dim adds to its messages as edge features; refimpl's refuses edge features "
+            "without edge_dim: pass the adjacency without values"
+        )
+    return edge_index, edges, edge_attr
 
 
 def _gradient(leaf: Any) -> np.ndarray:

@@ -99,6 +99,7 @@ class GATCache(NamedTuple):
     h_edge: Any = None  # (E, H, C) their projection W_e a, or None
     loop_fill: LoopFillCache | None = None  # the added loops' features, with edge_dim
     x_dst: Any = None  # (N_dst, F_dst) the targets' features of a bipartite input, or None
+    flat_edge_attr: bool = False  # edge_attr came as (E,) (edge_dim 1): d_edge_attr too
 
 
 @dataclass(frozen=True)
@@ -226,7 +227,8 @@ class GATConv:
         out : (N_dst, H*C) if ``concat`` else (N_dst, C)
         cache : GATCache
         """
-        if self.edge_dim == 1 and getattr(edge_attr, "ndim", None) == 1:
+        flat = self.edge_dim == 1 and getattr(edge_attr, "ndim", None) == 1
+        if flat:
             edge_attr = edge_attr[:, None]  # PyG's view(-1, 1)
         attended = check_inputs(self, params, x, graph, edge_attr)
         loop_fill = None
@@ -236,7 +238,7 @@ class GATConv:
             params, x, attended, training, rng, attn_dropout_mask, edge_attr
         )
         check_finite(out, "GATConv's output")  # finite inputs, so an overflow inside
-        return out, cache._replace(loop_fill=loop_fill)
+        return out, cache._replace(loop_fill=loop_fill, flat_edge_attr=flat)
 
     def forward_unchecked(
         self,
@@ -364,6 +366,8 @@ class GATConv:
                 d_edge_attr = d_h_edge @ params["W_e"]  # over the attended edges
                 if cache.loop_fill is not None:  # back through the loops' fill
                     d_edge_attr = fill_self_loops_backward(cache.loop_fill, d_edge_attr)
+                if cache.flat_edge_attr:  # (E,) as given, as torch's gradient of a view
+                    d_edge_attr = d_edge_attr[:, 0]
         # B1 (of F1) feature transforms; a map both sides read receives both gradients
         d_x, d_x_dst = transform_backward(
             self, params, x, x_dst, d_h_src, d_h_dst, d_params, input_grad

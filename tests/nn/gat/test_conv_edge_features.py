@@ -115,9 +115,18 @@ def test_one_edge_feature_may_be_a_vector() -> None:
     rng = np.random.default_rng(0)
     params, x, edge_attr = conv.init_params(rng), rng.standard_normal((3, 2)), rng.random(3)
     out, cache = conv.forward(params, x, graph, edge_attr)
-    np.testing.assert_array_equal(out, conv.forward(params, x, graph, edge_attr[:, None])[0])
-    (_, d_edge_attr), _ = conv.backward(params, cache, np.ones_like(out))
-    assert d_edge_attr.shape == (3, 1)
+    column, column_cache = conv.forward(params, x, graph, edge_attr[:, None])
+    np.testing.assert_array_equal(out, column)
+    d_out = rng.standard_normal(out.shape)
+    (_, d_edge_attr), d_params = conv.backward(params, cache, d_out)
+    (_, d_column), d_column_params = conv.backward(params, column_cache, d_out)
+    # the gradient is shaped as the input it is of: it was (E, 1) for an (E,) edge_attr, and
+    # check_pyg_module failed PyG's own test input (torch's gradient of a view is (E,))
+    assert d_edge_attr.shape == (3,) and d_column.shape == (3, 1)
+    np.testing.assert_array_equal(d_edge_attr, d_column[:, 0])
+    for name in params:
+        np.testing.assert_array_equal(d_params[name], d_column_params[name])
+    assert check_gradients(conv, params, (x, graph, edge_attr), rng=rng).passed
 
 
 def _edge_layer() -> tuple[GATConv, dict, np.ndarray, Graph, np.ndarray]:
