@@ -16,7 +16,15 @@ plain arrays only (``allow_pickle=False``: loading never runs code), every array
 for a missing file, an empty one, a bare ``.npy`` or anything else that is not an ``.npz``.
 Nothing is allocated on a header's word: every member's ``.npy`` header is read first, and an
 array whose shape and dtype claim more bytes than its member holds, or a member claiming more
-bytes than deflate can make of its compressed size, is refused before any array is read.
+bytes than deflate can make of its compressed size, is refused before any array is read. So is
+an archive whose arrays claim more bytes in all than a limit (:func:`npz_limit`): deflate turns
+a byte of zeros into about 1030, so a 33 MB archive of honest members may hold 32 GiB, more
+than the machine has. The limit is half the machine's physical memory unless the environment
+variable ``REFIMPL_NPZ_LIMIT`` sets another (bytes, or a number with ``K``, ``M``, ``G`` or
+``T``: ``REFIMPL_NPZ_LIMIT=64G``); a caller that knows its files may pass a tighter one.
+
+Text read from a file and put into a message (a member's name) goes through :func:`printable`:
+a terminal shows it, never obeys it.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import math
 import os
 import re
 import tempfile
+import tokenize
 import zipfile
 import zlib
 from collections.abc import Callable
@@ -33,17 +42,39 @@ from typing import BinaryIO
 
 import numpy as np
 
-__all__ = ["atomic_write", "check_output_file", "read_npz", "remove_stale_temporaries"]
+__all__ = [
+    "atomic_write",
+    "check_output_file",
+    "npz_limit",
+    "printable",
+    "read_npz",
+    "remove_stale_temporaries",
+]
 
 
 # what zipfile and numpy.lib.format raise for a file that is not an .npz of plain arrays
-# (zlib.error: a corrupt deflate stream; BadZipFile: a CRC mismatch, a truncated member)
-_UNREADABLE = (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error)
+# (zlib.error: a corrupt deflate stream; BadZipFile: a CRC mismatch, a truncated member;
+# NotImplementedError: a zip version or flag zipfile does not read; TokenError: a .npy
+# header whose brackets never close, which NumPy tokenizes before parsing)
+_UNREADABLE = (
+    ValueError,
+    OSError,
+    EOFError,
+    zipfile.BadZipFile,
+    zlib.error,
+    NotImplementedError,
+    tokenize.TokenError,
+)
 # deflate emits at most about 1032 bytes per compressed byte (a 258-byte match in 2 bits)
 _MAX_DEFLATE_RATIO = 1100
 _COMPRESSIONS = {zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED}  # the two numpy.savez* write
 # what tempfile.mkstemp puts between atomic_write's prefix and suffix (8 of these characters)
 _TEMPORARY = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp")
+LIMIT_VARIABLE = "REFIMPL_NPZ_LIMIT"
+# where os.sysconf cannot tell the machine's memory (Windows): the limit of a 16 GiB machine
+_UNKNOWN_MEMORY_LIMIT = 8 * 2**30
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+_LIMIT_TEXT = re.compile(r"\s*(\d+(?:\.\d*)?)\s*([KMGT]?)(?:i?B)?\s*", re.IGNORECASE)
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> None:
@@ -116,15 +147,20 @@ def read_npz(
     fix_hint: str = "write it with numpy.savez",
     *,
     what: str = "file",
+    max_bytes: int | None = None,
 ) -> dict[str, np.ndarray]:
     """Every array of the ``.npz`` archive at ``path``, by key, in the archive's order.
+
+    ``max_bytes`` bounds the bytes all its arrays may hold together; ``None`` takes
+    :func:`npz_limit` (half the machine's memory, or ``REFIMPL_NPZ_LIMIT``).
 
     Raises ``FileNotFoundError`` (``"no {what} at {path}"``) when there is no such file and
     ``error_type`` when the file is not an ``.npz`` of plain arrays: empty, a bare ``.npy``
     (a single array, no names), not a zip archive, a member that is not an ``.npy`` array,
     holding pickled objects, compressed otherwise than ``numpy.savez_compressed`` does,
-    encrypted, or with a header that claims more data than its member holds (checked on every
-    member before any array is read, so a forged header cannot make it allocate). Each
+    encrypted, or with a header that claims more data than its member holds; and when its
+    arrays claim more than ``max_bytes`` in all. All of it is checked on every member before
+    any array is read, so a forged header or a compression bomb cannot make it allocate. Each
     message names the file, says what is wrong and ends with ``fix_hint``.
     """
     path = Path(path)
@@ -139,16 +175,65 @@ def read_npz(
                 f"{path} holds a single array (.npy), not an .npz archive of named arrays; "
                 f"{fix_hint}"
             )
+    given = max_bytes is not None
+    limit, source = (max_bytes, f"the limit for a {what}") if given else npz_limit()
     try:
         with zipfile.ZipFile(path) as archive:
             members = archive.infolist()
-            problem = _check_members(archive, members, size)
-            arrays = {} if problem else _read_members(archive, members)
+            problem, claimed = _check_members(archive, members, size)
+            arrays = {} if problem or claimed > limit else _read_members(archive, members)
     except _UNREADABLE as err:  # not a zip archive, a corrupt member, a malformed header
-        raise error_type(_unreadable(path, str(err), fix_hint)) from err
+        raise error_type(_unreadable(path, printable(str(err)), fix_hint)) from err
     if problem:
         raise error_type(_unreadable(path, problem, fix_hint))
+    if claimed > limit:
+        # a caller's own limit comes with its own advice (fix_hint); the default's is ours
+        advice = f"if the file is genuine and fits in memory, set {LIMIT_VARIABLE} higher"
+        advice = fix_hint if given else f"{advice} (bytes, or a size such as 64G); else {fix_hint}"
+        raise error_type(
+            f"{path} holds arrays of {_bytes(claimed)} in all, more than {source} "
+            f"({_bytes(limit)}): a compression bomb, or data too big for this machine; {advice}"
+        )
     return arrays
+
+
+def npz_limit() -> tuple[int, str]:
+    """The bytes :func:`read_npz` lets an archive's arrays hold in all, and whence it comes:
+    ``REFIMPL_NPZ_LIMIT`` when set (bytes, or a number with ``K``, ``M``, ``G``, ``T``: powers
+    of 1024), else half the physical memory ``os.sysconf`` reports (8 GiB where it reports
+    none). Raises ``ValueError`` for a ``REFIMPL_NPZ_LIMIT`` that is not such a size."""
+    text = os.environ.get(LIMIT_VARIABLE)
+    if text is not None:
+        match = _LIMIT_TEXT.fullmatch(text)
+        limit = int(float(match[1]) * _UNITS[match[2].upper()]) if match else 0
+        if limit < 1:
+            raise ValueError(
+                f"{LIMIT_VARIABLE}={text!r} is not a size: give bytes (8000000000) or a number "
+                "with K, M, G or T (8G)"
+            )
+        return limit, f"the limit {LIMIT_VARIABLE}={text.strip()}"
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows), or no such name
+        memory = -1
+    if memory <= 0:
+        return _UNKNOWN_MEMORY_LIMIT, "the limit used where the memory size is unknown"
+    return memory // 2, f"half this machine's memory of {_bytes(memory)}"
+
+
+def printable(text: str) -> str:
+    """``text`` with every character a terminal would not print as itself (control
+    characters, escape sequences, line breaks) written as its Python escape, as ``repr``
+    does: ``"a\x1b[2Jb"`` -> ``a\\x1b[2Jb``. Plain text comes back unchanged."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _bytes(count: int) -> str:
+    """``count`` bytes as people read them: ``512 bytes``, ``1.5 MiB``, ``32.0 GiB``."""
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count} bytes"
 
 
 def _read_members(
@@ -163,45 +248,58 @@ def _read_members(
     return arrays
 
 
-def _check_members(archive: zipfile.ZipFile, members: list[zipfile.ZipInfo], size: int) -> str:
-    """What is wrong with the archive's members ("" when nothing), read from the zip directory
-    and each member's ``.npy`` header only: no array data is read or allocated."""
+def _check_members(
+    archive: zipfile.ZipFile, members: list[zipfile.ZipInfo], size: int
+) -> tuple[str, int]:
+    """What is wrong with the archive's members ("" when nothing) and the bytes their arrays
+    claim in all, read from the zip directory and each member's ``.npy`` header only: no
+    array data is read or allocated."""
     if sum(info.compress_size for info in members) > size:
-        return f"its zip directory claims more compressed data than the file's {size} bytes"
+        return f"its zip directory claims more compressed data than the file's {size} bytes", 0
+    total = 0
     for info in members:
-        name = info.filename
-        if info.flag_bits & 0x1:
-            return f"member {name} is encrypted"
-        if info.compress_type not in _COMPRESSIONS:
-            return f"member {name} uses zip compression method {info.compress_type}, not deflate"
-        if info.file_size > _MAX_DEFLATE_RATIO * max(info.compress_size, 1):
-            return (
-                f"member {name} claims {info.file_size} bytes from {info.compress_size} "
-                "compressed, more than deflate can produce"
-            )
-        with archive.open(info) as member:
-            if member.read(len(np.lib.format.MAGIC_PREFIX)) != np.lib.format.MAGIC_PREFIX:
-                return f"member {name} is not a .npy array"
-            member.seek(0)
-            version = np.lib.format.read_magic(member)
-            if version == (1, 0):
-                shape, _, dtype = np.lib.format.read_array_header_1_0(member)
-            elif version == (2, 0):
-                shape, _, dtype = np.lib.format.read_array_header_2_0(member)
-            else:  # 3.0: structured dtypes with non-Latin-1 field names, never a plain array
-                return f"member {name} uses .npy format version {version[0]}.{version[1]}"
-            if dtype.hasobject:
-                return f"member {name} holds pickled Python objects"
-            if any(extent < 0 for extent in shape):
-                return f"member {name} has a negative extent in its shape {shape}"
-            claimed = math.prod(shape) * dtype.itemsize
-            held = info.file_size - member.tell()
-            if claimed > held:
-                return (
-                    f"member {name} claims shape {shape} of {dtype} ({claimed} bytes) but holds "
-                    f"{held} bytes of data"
-                )
-    return ""
+        problem, claimed = _check_member(archive, info)
+        if problem:
+            return problem, total
+        total += claimed
+    return "", total
+
+
+def _check_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> tuple[str, int]:
+    """What is wrong with one member ("" when nothing) and the bytes its array claims."""
+    name = printable(info.filename)
+    if info.flag_bits & 0x1:
+        return f"member {name} is encrypted", 0
+    if info.compress_type not in _COMPRESSIONS:
+        return f"member {name} uses zip compression method {info.compress_type}, not deflate", 0
+    if info.file_size > _MAX_DEFLATE_RATIO * max(info.compress_size, 1):
+        return (
+            f"member {name} claims {info.file_size} bytes from {info.compress_size} "
+            "compressed, more than deflate can produce"
+        ), 0
+    with archive.open(info) as member:
+        if member.read(len(np.lib.format.MAGIC_PREFIX)) != np.lib.format.MAGIC_PREFIX:
+            return f"member {name} is not a .npy array", 0
+        member.seek(0)
+        version = np.lib.format.read_magic(member)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(member)
+        elif version == (2, 0):
+            shape, _, dtype = np.lib.format.read_array_header_2_0(member)
+        else:  # 3.0: structured dtypes with non-Latin-1 field names, never a plain array
+            return f"member {name} uses .npy format version {version[0]}.{version[1]}", 0
+        held = info.file_size - member.tell()
+    if dtype.hasobject:
+        return f"member {name} holds pickled Python objects", 0
+    if any(extent < 0 for extent in shape):
+        return f"member {name} has a negative extent in its shape {shape}", 0
+    claimed = math.prod(shape) * dtype.itemsize
+    if claimed > held:
+        return (
+            f"member {name} claims shape {shape} of {dtype} ({claimed} bytes) but holds "
+            f"{held} bytes of data"
+        ), 0
+    return "", claimed
 
 
 def _unreadable(path: Path, reason: str, fix_hint: str) -> str:

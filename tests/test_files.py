@@ -1,4 +1,4 @@
-"""``refimpl.files``: ``read_npz`` refuses forged archives before allocating,
+"""``refimpl.files``: ``read_npz`` refuses forged archives and bombs before allocating,
 ``remove_stale_temporaries`` removes exactly what a killed ``atomic_write`` leaves, and
 ``check_output_file`` refuses a path ``atomic_write`` could not write."""
 
@@ -8,13 +8,21 @@ import io
 import os
 import subprocess
 import sys
+import tracemalloc
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from refimpl.files import atomic_write, check_output_file, read_npz, remove_stale_temporaries
+from refimpl.files import (
+    atomic_write,
+    check_output_file,
+    npz_limit,
+    printable,
+    read_npz,
+    remove_stale_temporaries,
+)
 
 
 def forge_header(path: Path, member: str, shape: tuple[int, ...]) -> None:
@@ -184,3 +192,113 @@ def test_check_output_file_refuses_a_read_only_folder(tmp_path: Path) -> None:
     folder.mkdir(mode=0o555)
     with pytest.raises(ValueError, match=r"folder .*ro is not writable"):
         check_output_file(folder / "r.json")
+
+
+# -- the total an archive may claim ---------------------------------------------------------------
+def zeros_archive(path: Path, members: int, size: int) -> dict[str, np.ndarray]:
+    """``members`` float64 zero arrays of ``size`` entries, deflated (~1030:1, honest headers)."""
+    arrays = {f"m{i}": np.zeros(size) for i in range(members)}
+    np.savez_compressed(path, **arrays)
+    return arrays
+
+
+def fake_memory(monkeypatch: pytest.MonkeyPatch, pages: int) -> None:
+    """Make ``os.sysconf`` report ``pages`` pages of 4 KiB of physical memory."""
+    sizes = {"SC_PHYS_PAGES": pages, "SC_PAGE_SIZE": 4096}
+    monkeypatch.setattr(os, "sysconf", lambda name: sizes[name])
+    monkeypatch.delenv("REFIMPL_NPZ_LIMIT", raising=False)
+
+
+def test_npz_bomb_of_honest_members_is_refused_by_its_total(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each member's claim was bounded (by its data and by deflate's ratio), but not their sum:
+    # a 33 MB archive of members at ~1030:1 asked for 32 GiB, a 1 MB one allocated 1 GiB. The
+    # tests had bombs of one member claiming beyond deflate's ratio, never honest ones many.
+    path = tmp_path / "bomb.npz"
+    zeros_archive(path, 16, 2**17)  # 16 MiB of arrays in about 17 KB
+    assert path.stat().st_size < 32 * 2**10
+    fake_memory(monkeypatch, 4096)  # 16 MiB of memory: the limit is half of it, 8 MiB
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError) as info:
+            read_npz(path, fix_hint="re-save it")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20  # refused on the headers' word: no member's array was allocated
+    assert str(info.value) == (
+        f"{path} holds arrays of 16.0 MiB in all, more than half this machine's memory of "
+        "16.0 MiB (8.0 MiB): a compression bomb, or data too big for this machine; if the file "
+        "is genuine and fits in memory, set REFIMPL_NPZ_LIMIT higher (bytes, or a size such as "
+        "64G); else re-save it"
+    )
+
+
+def test_npz_limit_is_raised_by_the_environment_or_the_caller(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "big.npz"
+    arrays = zeros_archive(path, 16, 2**17)
+    claimed = 16 * 2**17 * 8
+    fake_memory(monkeypatch, 4096)
+    monkeypatch.setenv("REFIMPL_NPZ_LIMIT", "16M")  # exactly the claim: it reads
+    read = read_npz(path)
+    assert list(read) == list(arrays) and all(not value.any() for value in read.values())
+    monkeypatch.setenv("REFIMPL_NPZ_LIMIT", str(claimed - 1))
+    with pytest.raises(ValueError, match=rf"more than the limit REFIMPL_NPZ_LIMIT={claimed - 1} "):
+        read_npz(path)
+    # a caller's own limit wins over the environment, and its message gives the caller's advice
+    assert len(read_npz(path, max_bytes=claimed)) == 16
+    with pytest.raises(
+        ValueError, match=r"more than the limit for a thing \(16\.0 MiB\): a .*; ho"
+    ):
+        read_npz(path, fix_hint="ho", what="thing", max_bytes=claimed - 1)
+    for text in ("lots", "0", "-5G", "1e9"):
+        monkeypatch.setenv("REFIMPL_NPZ_LIMIT", text)
+        with pytest.raises(ValueError, match=r"REFIMPL_NPZ_LIMIT=.* is not a size: give bytes"):
+            read_npz(path)
+
+
+def test_npz_limit_where_the_memory_size_is_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_sysconf(name: str) -> int:
+        raise ValueError(f"unrecognized configuration name {name}")
+
+    monkeypatch.setattr(os, "sysconf", no_sysconf)
+    monkeypatch.delenv("REFIMPL_NPZ_LIMIT", raising=False)
+    assert npz_limit() == (8 * 2**30, "the limit used where the memory size is unknown")
+    fake_memory(monkeypatch, 3 * 2**20)  # 12 GiB
+    assert npz_limit() == (6 * 2**30, "half this machine's memory of 12.0 GiB")
+
+
+def test_npz_member_name_with_terminal_escapes_is_printed_escaped(tmp_path: Path) -> None:
+    # The message quoted a member's name as the archive stored it: a name holding escape
+    # sequences cleared or recoloured the user's terminal when the CLI printed the error.
+    path = tmp_path / "names.npz"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("\x1b[2J\x1b]0;owned\x07\nx.txt", b"hello")
+    text = refused(path, r"is not a \.npy array")
+    assert "member \\x1b[2J\\x1b]0;owned\\x07\\nx.txt is not" in text
+    assert all(c.isprintable() for c in text)
+    assert printable("layer0 é") == "layer0 é"  # plain text, accents included, is unchanged
+
+
+def test_npz_with_an_unclosed_header_or_an_unknown_zip_version_is_refused(tmp_path: Path) -> None:
+    # Two errors escaped the list of what a damaged archive raises: NumPy tokenizes a header
+    # before parsing it (an unclosed bracket raised tokenize.TokenError), and zipfile raises
+    # NotImplementedError for a version or flag it cannot read. Both ended in "internal
+    # error"; found by mutating the bytes of a saved graph dataset.
+    buffer = io.BytesIO()
+    np.lib.format.write_array(buffer, np.zeros(3))
+    content = buffer.getvalue().replace(b"(3,), }", b"(3,   ")  # same length, never closed
+    path = tmp_path / "unclosed.npz"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("a.npy", content)
+    refused(path, r"EOF in multi-line statement")
+    path = tmp_path / "version.npz"
+    np.savez(path, a=np.zeros(3))
+    data = bytearray(path.read_bytes())
+    central = data.rindex(b"PK\x01\x02")
+    data[central + 6] = 250  # "version needed to extract": 25.0, beyond zipfile's 6.3
+    path.write_bytes(bytes(data))
+    refused(path, r"zip file version 25\.0")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import NoReturn
 
+from refimpl.files import printable
+
 __all__ = ["OneLineParser", "one_line"]
 
 
@@ -19,7 +21,9 @@ class OneLineParser(argparse.ArgumentParser):
 def one_line(err: BaseException) -> str:
     """The exception's message on one line; its type where the message alone says little
     (an ``ImportError``, a ``KeyError``'s bare key)."""
-    text = " ".join(str(err).split()) or type(err).__name__
+    # escaped: a message may quote a file's content (a key, a name), which must not reach
+    # the terminal as control characters or escape sequences
+    text = printable(" ".join(str(err).split())) or type(err).__name__
     if isinstance(err, ValueError | FileNotFoundError | FileExistsError | ConnectionError):
         return text
     return f"{type(err).__name__}: {text}"

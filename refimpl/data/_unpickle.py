@@ -9,17 +9,29 @@ may name any importable callable (``os.system``, ``builtins.eval``) and call it.
 and maps the old module paths to their current homes, so no DeprecationWarning
 is raised and a later SciPy/NumPy that drops ``scipy.sparse.csr`` or
 ``numpy.core`` still loads them. Anything else raises ``UnsafePickleError``.
+
+Allowed globals can still ask for memory the file does not hold, so two more rules keep what
+a pickle allocates in proportion to its size: ``_reconstruct`` must build the empty ``(0,)``
+array NumPy's pickles always build (then filled from the file's own bytes, which NumPy checks
+against the shape), not an array of a claimed shape; and every memo index must be below the
+file's size (the unpickler sizes its memo by the largest index: a 9-byte pickle storing at
+index ``2**26`` took 1 GiB). The indices are read by :mod:`pickletools` before unpickling.
 """
 
 from __future__ import annotations
 
 import collections
+import io
 import pickle
+import pickletools
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
+
+from refimpl.data.dataset import RESTORE
+from refimpl.files import printable
 
 __all__ = ["RestrictedUnpickler", "UnsafePickleError", "load_restricted_pickle"]
 
@@ -71,31 +83,57 @@ class RestrictedUnpickler(pickle.Unpickler):
 
     def find_class(self, module: str, name: str) -> Any:
         try:
-            return _ALLOWED[(module, name)]
+            found = _ALLOWED[(module, name)]
         except KeyError:
             allowed = ", ".join(sorted({f"{m}.{n}" for m, n in _ALLOWED}))
             raise UnsafePickleError(
-                f"refusing to load {self._path}: the file asks for {module}.{name}, which a "
+                f"refusing to load {self._path}: the file asks for {printable(module)}."
+                f"{printable(name)}, which a "
                 "Planetoid file never contains; the file may be tampered with (check it against "
                 f"SHA256SUMS). Allowed globals: {allowed}"
             ) from None
+        return self._reconstruct_empty if found is _reconstruct else found
+
+    def _reconstruct_empty(self, subtype: Any, shape: Any, dtype: Any) -> np.ndarray:
+        """``_reconstruct`` of the ``(0,)`` array a NumPy pickle fills from its own bytes."""
+        if not isinstance(shape, (tuple, list)) or list(shape) != [0]:
+            raise UnsafePickleError(
+                f"refusing to load {self._path}: it builds an array of shape {shape!r} before "
+                "filling it, where NumPy's pickles build (0,) (a forged shape allocates memory "
+                f"the file does not hold); {RESTORE}"
+            )
+        return _reconstruct(subtype, (0,), dtype)
 
 
 def load_restricted_pickle(path: str | Path) -> Any:
     """Unpickle ``path`` with ``RestrictedUnpickler`` (latin1, allow-listed globals only).
 
-    Raises ``UnsafePickleError`` for a global outside the allow-list and ``ValueError``
-    naming the file for any other malformed content (truncated, empty, not a pickle, an
-    allowed class called with arguments it refuses).
+    Raises ``UnsafePickleError`` for a global outside the allow-list or an array built at a
+    claimed shape, and ``ValueError`` naming the file for any other malformed content
+    (truncated, empty, not a pickle, a memo index beyond the file's size, an allowed class
+    called with arguments it refuses).
     """
     path = Path(path)
-    with path.open("rb") as f:
-        try:
-            return RestrictedUnpickler(f, str(path)).load()
-        except UnsafePickleError:
-            raise
-        except Exception as err:  # malformed bytes can make unpickling raise anything
+    data = path.read_bytes()
+    try:
+        _check_memo(data)
+        return RestrictedUnpickler(io.BytesIO(data), str(path)).load()
+    except UnsafePickleError:
+        raise
+    except Exception as err:  # malformed bytes can make unpickling raise anything
+        raise ValueError(
+            f"{path}: not a readable pickle ({type(err).__name__}: {printable(str(err))}); "
+            f"{RESTORE}"
+        ) from err
+
+
+def _check_memo(data: bytes) -> None:
+    """``ValueError`` when an opcode stores at a memo index ``>= len(data)``: a pickler
+    numbers its memo 0, 1, 2, ..., one index per stored object, so a real file's indices
+    stay below its size."""
+    for opcode, argument, position in pickletools.genops(io.BytesIO(data)):
+        if opcode.name in ("PUT", "BINPUT", "LONG_BINPUT") and argument >= len(data):
             raise ValueError(
-                f"{path}: not a readable pickle ({type(err).__name__}: {err}); restore the "
-                "file from its source (check it against SHA256SUMS)"
-            ) from err
+                f"at byte {position}, {opcode.name} stores at memo index {argument}, beyond "
+                f"what a pickle of {len(data)} bytes numbers (a memory bomb)"
+            )

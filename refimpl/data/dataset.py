@@ -2,21 +2,34 @@
 
 Shared helpers for the loaders: ``coalesce`` (PyG ``to_undirected`` +
 ``remove_self_loops`` + ``coalesce``), ``row_normalize`` (PyG
-``NormalizeFeatures``) and ``edge_homophily``.
+``NormalizeFeatures``), ``edge_homophily``, and ``parse_ints`` (the integer fields of a text
+file, a bad one named by its line; ``RESTORE`` is the advice for a damaged data file).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from refimpl.backend import is_sparse, sparse_owner, to_numpy
 from refimpl.graph import Graph
+from refimpl.validation import check_csr_structure
 
-__all__ = ["NodeDataset", "coalesce", "edge_homophily", "row_normalize"]
+__all__ = [
+    "RESTORE",
+    "NodeDataset",
+    "check_name",
+    "coalesce",
+    "edge_homophily",
+    "parse_ints",
+    "row_normalize",
+]
+
+RESTORE = "restore the file from its source (check it against SHA256SUMS)"
 
 
 @dataclass(frozen=True, eq=False)
@@ -26,6 +39,8 @@ class NodeDataset:
     Attributes
     ----------
     name : str
+        Printed by :meth:`summary` and the command line: printable text only (no control
+        characters, escape sequences or line breaks; see :func:`check_name`).
     graph : Graph
         ``N`` nodes; ``edge_index`` (2, E) in PyG's convention (row 0 ``src``).
     x : float array (N, F), or a SciPy CSR matrix (sparse input features, for GAT)
@@ -51,6 +66,7 @@ class NodeDataset:
     num_classes: int
 
     def __post_init__(self) -> None:
+        check_name(self.name)
         if not isinstance(self.graph, Graph):
             raise TypeError(f"graph must be a refimpl.Graph, got {type(self.graph).__name__}")
         n = self.graph.num_nodes
@@ -64,6 +80,8 @@ class NodeDataset:
             )
         if self.x.ndim != 2 or self.x.shape[0] != n:
             raise ValueError(f"x must have shape (num_nodes, F) = ({n}, F), got {self.x.shape}")
+        if sparse:  # before anything reads it: row_normalize and SciPy's products trust it
+            check_csr_structure(self.x, "x")
         if not np.isfinite(self.x.data if sparse else self.x).all():
             raise ValueError("x contains NaN or infinity")
         if isinstance(self.num_classes, bool) or not isinstance(
@@ -158,6 +176,42 @@ class NodeDataset:
 
     def __repr__(self) -> str:
         return f"NodeDataset({self.summary()})"
+
+
+def check_name(name: object) -> None:
+    """A dataset's name must be a ``str`` a terminal prints as itself: ``TypeError`` for
+    another type, ``ValueError`` for control characters, escape sequences, line breaks or
+    other characters ``str.isprintable`` refuses (a name from a file reaches the terminal in
+    ``summary()``; refused, it cannot rewrite the screen or forge a line of output)."""
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, got {type(name).__name__}")
+    if not name.isprintable():
+        raise ValueError(
+            f"name {name[:60]!r} holds characters a terminal does not print as themselves "
+            "(control characters, escape sequences, line breaks); a dataset's name is printed "
+            "in logs: give plain text"
+        )
+
+
+def parse_ints(path: Path, lines: list[int], what: str, texts: list[str]) -> np.ndarray:
+    """``texts`` (``texts[i]`` read from line ``lines[i]`` of ``path``) as int64, in one
+    C-level parse; a float, an exponent, a word or a number beyond int64 is a ``ValueError``
+    naming the file, its line, ``what`` it should be and the text."""
+    try:
+        return np.array(texts, dtype=np.int64)
+    except (ValueError, OverflowError):  # "1.0", "1e8", "x", or beyond int64
+        at = next(i for i, text in enumerate(texts) if not _is_int64(text))
+        raise ValueError(
+            f"{path}, line {lines[at]}: {what} {texts[at][:40]!r} is not an integer; {RESTORE}"
+        ) from None
+
+
+def _is_int64(text: str) -> bool:
+    try:
+        np.array(text, dtype=np.int64)
+    except (ValueError, OverflowError):
+        return False
+    return True
 
 
 def coalesce(

@@ -25,7 +25,8 @@ field           shape, dtype      meaning
                                   ``edge_ptr[0] = 0``, ``edge_ptr[G] = E``, ``e_i >= 0``
 ``y``           (G, T) float      targets: real values (``task="regression"``) or 0/1
                                   labels (``task="multilabel"``), finite
-``name``        str               a label for logs
+``name``        str               a label for logs: printable text (no control characters,
+                                  escape sequences or line breaks), else refused
 ``task``        str               ``"regression"`` or ``"multilabel"``
 ==============  ================  =========================================================
 
@@ -44,8 +45,9 @@ any float dtype, the three index arrays int64), ``name`` and ``task`` (0-d unico
 ``numpy.array("zinc")``) and ``format_version`` (0-d integer array, 1). No object arrays:
 :func:`~refimpl.data.graph_dataset_file.load_graph_dataset` reads with ``allow_pickle=False``
 and validates everything, naming the missing or extra key, or the wrong shape or dtype, and
-the fix. The write is atomic (a temporary file in the same folder, then ``os.replace``), so an
-interrupted save never leaves half a file.
+the fix; a ``name`` that is not printable text (a terminal escape sequence, a line break) is
+refused, not printed. The write is atomic (a temporary file in the same folder, then
+``os.replace``), so an interrupted save never leaves half a file.
 
 Producing the file from your own molecules (per graph ``i``: ``xs[i]`` (n_i, F),
 ``edges[i]`` (2, e_i) local indices, ``bonds[i]`` (e_i, B), ``ys[i]`` (T,))::
@@ -83,6 +85,7 @@ from typing import Any
 
 import numpy as np
 
+from refimpl.data.dataset import check_name
 from refimpl.data.graph_dataset_checks import (
     _check_float,
     _check_indices,
@@ -104,6 +107,7 @@ class GraphDataset:
     Attributes
     ----------
     name : str
+        Printable text (:func:`~refimpl.data.dataset.check_name`): ``summary()`` prints it.
     x : float array (N, F)
     edge_index : int64 array (2, E), node indices local to each graph
     edge_attr : float array (E, B)
@@ -125,8 +129,7 @@ class GraphDataset:
     task: str = "regression"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str):
-            raise TypeError(f"name must be a str, got {type(self.name).__name__}")
+        check_name(self.name)
         if self.task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {self.task!r}")
         for key in ("x", "edge_attr", "y"):

@@ -32,7 +32,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from refimpl.data._unpickle import load_restricted_pickle
-from refimpl.data.dataset import NodeDataset, coalesce, row_normalize
+from refimpl.data.dataset import RESTORE, NodeDataset, coalesce, parse_ints, row_normalize
 from refimpl.graph import Graph
 
 __all__ = ["PLANETOID_NAMES", "load_planetoid", "planetoid_edge_index"]
@@ -44,7 +44,6 @@ _NUM_VAL = 500  # Yang et al. 2016 / Kipf & Welling 2017 public split
 # (PubMed's TF-IDF 1.3, CiteSeer 14); a claim far beyond is a forged shape whose dense
 # form would exhaust memory.
 _MAX_CELLS_PER_BYTE = 1024
-_RESTORE = "restore the file from its source (check it against SHA256SUMS)"
 
 
 def _planetoid_dir(root: str | Path, name: str) -> Path:
@@ -97,7 +96,7 @@ def _load_csr(folder: Path, name: str, part: str) -> sp.csr_matrix:
     arrays = {key: state.get(key) for key in ("data", "indices", "indptr")}
     for key, value in arrays.items():
         if not isinstance(value, np.ndarray) or value.ndim != 1:
-            raise ValueError(f"{path}: the sparse matrix's {key} is not a 1-D array; {_RESTORE}")
+            raise ValueError(f"{path}: the sparse matrix's {key} is not a 1-D array; {RESTORE}")
     data, indices, indptr = arrays.values()
     shape = state.get("_shape")
     if not (
@@ -105,39 +104,39 @@ def _load_csr(folder: Path, name: str, part: str) -> sp.csr_matrix:
         and len(shape) == 2
         and all(_is_int(extent) and extent >= 0 for extent in shape)
     ):
-        raise ValueError(f"{path}: the sparse matrix's shape {shape!r} is not 2 sizes; {_RESTORE}")
+        raise ValueError(f"{path}: the sparse matrix's shape {shape!r} is not 2 sizes; {RESTORE}")
     rows, cols = (int(extent) for extent in shape)
     if indices.dtype.kind not in "iu" or indptr.dtype.kind not in "iu":
         raise ValueError(
             f"{path}: the sparse matrix's indices/indptr have dtypes {indices.dtype}/"
-            f"{indptr.dtype}, not integers; {_RESTORE}"
+            f"{indptr.dtype}, not integers; {RESTORE}"
         )
     if data.dtype.kind != "f":
         raise ValueError(
-            f"{path}: the sparse matrix holds {data.dtype} values, not floats; {_RESTORE}"
+            f"{path}: the sparse matrix holds {data.dtype} values, not floats; {RESTORE}"
         )
     if rows * cols > _MAX_CELLS_PER_BYTE * path.stat().st_size:
         raise ValueError(
             f"{path}: the sparse matrix claims shape {rows} x {cols}, far more than a file of "
-            f"{path.stat().st_size} bytes describes; {_RESTORE}"
+            f"{path.stat().st_size} bytes describes; {RESTORE}"
         )
     if indptr.size != rows + 1 or indptr[0] != 0 or (np.diff(indptr.astype(np.int64)) < 0).any():
         raise ValueError(
             f"{path}: the sparse matrix's indptr is not {rows + 1} non-decreasing row offsets "
-            f"from 0; {_RESTORE}"
+            f"from 0; {RESTORE}"
         )
     if int(indptr[-1]) != indices.size or indices.size != data.size:
         raise ValueError(
             f"{path}: the sparse matrix's indptr ends at {int(indptr[-1])} but it holds "
-            f"{indices.size} column indices and {data.size} values; {_RESTORE}"
+            f"{indices.size} column indices and {data.size} values; {RESTORE}"
         )
     if indices.size and (indices.min() < 0 or indices.max() >= cols):
         raise ValueError(
             f"{path}: the sparse matrix has column indices outside [0, {cols}) "
-            f"(range {indices.min()}..{indices.max()}); {_RESTORE}"
+            f"(range {indices.min()}..{indices.max()}); {RESTORE}"
         )
     if not np.isfinite(data).all():
-        raise ValueError(f"{path}: the sparse matrix holds NaN or infinite values; {_RESTORE}")
+        raise ValueError(f"{path}: the sparse matrix holds NaN or infinite values; {RESTORE}")
     return sp.csr_matrix(
         (data, indices.astype(np.int64), indptr.astype(np.int64)), shape=(rows, cols)
     )
@@ -150,13 +149,13 @@ def _load_onehot(folder: Path, name: str, part: str) -> np.ndarray:
     if labels.dtype.kind not in "iu" or labels.ndim != 2 or labels.shape[1] == 0:
         raise ValueError(
             f"{path}: labels must be a (nodes, classes) integer one-hot array, got "
-            f"{labels.dtype} of shape {labels.shape}; {_RESTORE}"
+            f"{labels.dtype} of shape {labels.shape}; {RESTORE}"
         )
     bad = np.flatnonzero(((labels != 0) & (labels != 1)).any(axis=1) | (labels.sum(axis=1) != 1))
     if bad.size:
         raise ValueError(
             f"{path}: {bad.size} label rows are not one-hot (a single 1, zeros elsewhere; "
-            f"first: row {bad[0]}); {_RESTORE}"
+            f"first: row {bad[0]}); {RESTORE}"
         )
     return labels
 
@@ -170,22 +169,25 @@ def _read_test_index(folder: Path, name: str, first: int, count: int, limit: int
     ``[first, limit)``: the rows after ``allx``, where ``tx``'s rows go."""
     path = folder / f"ind.{name}.test.index"
     try:
-        test_idx = np.loadtxt(path, dtype=np.int64, ndmin=1)  # (1000,)
-    except ValueError as err:
-        raise ValueError(f"{path}: not one integer node id per line ({err}); {_RESTORE}") from err
-    if test_idx.ndim != 1 or test_idx.size != count:
+        rows = path.read_text().split("\n")  # not splitlines: a form feed ends no line here
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not a text file ({err}); {RESTORE}") from err
+    numbered = [(number, row) for number, row in enumerate(rows, 1) if row.strip()]
+    texts = [row for _, row in numbered]  # one id a line
+    test_idx = parse_ints(path, [number for number, _ in numbered], "test id", texts)  # (1000,)
+    if test_idx.size != count:
         raise ValueError(
             f"{path}: expected {count} test ids, one per line (one per row of tx), got "
-            f"{test_idx.size}; {_RESTORE}"
+            f"{test_idx.size}; {RESTORE}"
         )
     outside = test_idx[(test_idx < first) | (test_idx >= limit)]
     if outside.size:
         raise ValueError(
             f"{path}: test id {outside[0]} lies outside [{first}, {limit}), the ids of the "
-            f"nodes after allx's rows; {_RESTORE}"
+            f"nodes after allx's rows; {RESTORE}"
         )
     if np.unique(test_idx).size != count:
-        raise ValueError(f"{path}: test ids repeat; each test node must appear once; {_RESTORE}")
+        raise ValueError(f"{path}: test ids repeat; each test node must appear once; {RESTORE}")
     return test_idx
 
 

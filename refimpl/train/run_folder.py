@@ -179,13 +179,22 @@ def read_log(path: str | Path, required: Iterable[str] = ("epoch",)) -> list[dic
     and the line.
     """
     path = Path(path)
-    lines = path.read_text().splitlines()
+    try:
+        lines = path.read_text().splitlines()
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"{path}: not a UTF-8 text file ({err.reason} at byte {err.start}); the log is damaged"
+        ) from err
     records = []
     for number, line in enumerate(lines, 1):
         try:
             record = json.loads(line)
             missing = [key for key in required if key not in record]
-        except (json.JSONDecodeError, TypeError) as err:
+        except RecursionError:  # nested deeper than the JSON reader goes: no record of ours
+            raise ValueError(
+                f"{path}, line {number}: a record nested too deep to read; the log is damaged"
+            ) from None
+        except (ValueError, TypeError) as err:  # JSONDecodeError; an int of > 4300 digits
             if number == len(lines):
                 warnings.warn(
                     f"{path}: dropped its last line, cut short ({line[:40]!r})", stacklevel=2

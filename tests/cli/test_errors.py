@@ -163,3 +163,15 @@ def test_a_bad_refimpl_backend_variable_is_one_line(tmp_path: Path) -> None:
         "refimpl train: error: unknown backend 'bogus' (from REFIMPL_BACKEND); "
         "choose one of numpy, cupy, strict\n"
     )
+
+
+def test_a_message_quoting_a_file_is_printed_with_its_control_characters_escaped(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # Messages quote what files hold (run.json's command, keys, names): a command name with
+    # an escape sequence reached the terminal as one, clearing the screen.
+    (tmp_path / "run.json").write_text('{"command": "x\\u001b[2Jy", "options": {}}')
+    assert main(["train", "--resume", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "holds a 'x\\x1b[2Jy' run" in err and "\x1b" not in err
+    assert ONE_LINE.fullmatch(err)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from hypothesis import given
 
 from refimpl import Graph
@@ -54,6 +55,12 @@ def test_with_masks_validates() -> None:
         ds.with_masks(t, t, ~t)
 
 
+def _corrupt_csr() -> sp.csr_matrix:
+    x = sp.csr_matrix(np.eye(5, 2))
+    x.indptr[-1] = 10**8
+    return x
+
+
 @pytest.mark.parametrize(
     ("overrides", "error", "match"),
     [
@@ -72,6 +79,11 @@ def test_with_masks_validates() -> None:
         ({"num_classes": 0}, ValueError, "num_classes must be >= 1"),
         ({"num_classes": 3.0}, TypeError, "num_classes must be an int"),
         ({"graph": np.zeros((2, 3))}, TypeError, "refimpl.Graph"),
+        ({"name": b"cora"}, TypeError, "name must be a str, got bytes"),
+        # a registered loader's name reached summary() and the CLI's "data" line as given
+        ({"name": "cora\x1b[2J"}, ValueError, r"name 'cora\\x1b\[2J' holds characters a"),
+        # a CSR whose indptr overruns its arrays reached row_normalize and SciPy unchecked
+        ({"x": _corrupt_csr()}, ValueError, r"x \(CSR\) indptr runs from 0 to 100000000"),
     ],
 )
 def test_validation_errors(overrides: dict, error: type, match: str) -> None:

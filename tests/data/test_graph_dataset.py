@@ -249,3 +249,22 @@ def test_load_rejects_missing_and_foreign_files(tmp_path: Path) -> None:
     np.save(single, np.zeros(3))
     with pytest.raises(ValueError, match=r"single array \(.npy\)"):
         load_graph_dataset(single)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["\x1b[2J\x1b[31mzinc", "zinc\nwrote /tmp/x", "zinc\r", "tab\there", "bell\x07", "\u202eabc"],
+    ids=["escape-sequences", "newline", "carriage-return", "tab", "bell", "bidi-override"],
+)
+def test_graph_dataset_name_with_terminal_escapes_is_refused(tmp_path: Path, name: str) -> None:
+    # A dataset file's name reached the terminal as stored: summary() and `refimpl train` printed
+    # escape sequences that cleared the screen and a newline that forged a line of output. The
+    # file tests only checked the name's dtype and shape, never its characters.
+    path = tmp_path / "d.npz"
+    np.savez(path, **{**_arrays(make()), "name": np.array(name)})
+    with pytest.raises(ValueError, match=r"d\.npz: name '.*' holds characters a terminal") as info:
+        load_graph_dataset(path)
+    assert str(info.value).isprintable()  # the message shows the name escaped
+    with pytest.raises(ValueError, match="holds characters a terminal does not print"):
+        make(name=name)  # nor can one be built, so none is ever saved
+    assert make(name="ZINC 12k (train) – ü").summary().startswith("ZINC 12k (train) – ü: graphs")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import pickle
 import shutil
+import tracemalloc
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -314,16 +316,22 @@ def test_planetoid_csr_with_out_of_range_column_is_refused(
         ("507\n505\n3\n", r"test id 3 lies outside"),  # a training node
         ("507\n505\n505\n", "test ids repeat"),
         ("507\n505\n", "expected 3 test ids, one per line .* got 2"),
-        ("507\n505\n506.5\n", "not one integer node id per line"),
+        ("507\n505\n506.5\n", r"test\.index, line 3: test id '506\.5' is not an integer"),
+        ("507\n505 506\n", r"test\.index, line 2: test id '505 506' is not an integer"),
+        ("", r"expected 3 test ids, one per line .* got 0"),
     ],
 )
 def test_planetoid_test_index_minus_one_is_refused(
     tmp_path: Path, test_index: str, message: str
 ) -> None:
     # A test id of -1 wrapped around to the last node, a repeated id silently dropped a test
-    # row, and an id past N raised a bare IndexError: nothing checked test.index's ids.
+    # row, and an id past N raised a bare IndexError: nothing checked test.index's ids. Then
+    # np.loadtxt named a bad id's row from 0 (line 3 was "row 2") and warned on an empty
+    # file, a Python warning printed before the error line.
     folder = write_tiny(tmp_path, **{"test.index": test_index})
-    refused_with(folder, "cora", "test.index", message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        refused_with(folder, "cora", "test.index", message)
 
 
 def test_planetoid_citeseer_padding_is_bounded_by_the_graph(tmp_path: Path) -> None:
@@ -393,8 +401,8 @@ class ForgedArray:
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        (b"", r"not a readable pickle \(EOFError"),
-        (pickle.dumps(np.eye(3, dtype=np.int32), protocol=4)[:-9], "pickle data was truncated"),
+        (b"", r"not a readable pickle \(ValueError: pickle exhausted before seeing STOP"),
+        (pickle.dumps(np.eye(3, dtype=np.int32), protocol=4)[:-9], r"but only \d+ remain"),
         (pickle.dumps(ForgedArray(), protocol=4), "buffer size does not match array size"),
     ],
 )
@@ -404,3 +412,53 @@ def test_planetoid_truncated_pickle_is_refused_naming_the_file(
     # EOFError, UnpicklingError and NumPy's ValueError came out of pickle's internals with no
     # file named: the tests only fed whole pickles, or ones naming foreign globals.
     refused_with(write_tiny(tmp_path, ty=content), "cora", "ty", message)
+
+
+class ClaimedShape:
+    """Pickles as ``_reconstruct(ndarray, (2**20,), "b")``: an array of a claimed shape, with
+    no data to fill it."""
+
+    def __reduce__(self) -> tuple:
+        from refimpl.data._unpickle import _reconstruct
+
+        return _reconstruct, (np.ndarray, (2**20,), b"b")
+
+
+def test_planetoid_pickle_memo_index_bomb_is_refused(tmp_path: Path) -> None:
+    # The unpickler sizes its memo by the largest index stored to: a 9-byte pickle storing at
+    # index 2**26 took 1 GiB, from allowed opcodes alone. The tampering tests fed foreign
+    # globals and malformed matrices, never an opcode's own claim. (Here 2**22: 64 MiB.)
+    bomb = b"\x80\x02]r" + (2**22).to_bytes(4, "little") + b"."  # [] stored at memo 2**22
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=r"memo index 4194304, beyond what a pickle of 9"):
+            load_restricted_pickle(write_tiny(tmp_path, graph=bomb) / "ind.cora.graph")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20
+    refused_with(tmp_path, "cora", "graph", "a memory bomb")
+
+
+def test_planetoid_array_of_a_claimed_shape_is_refused(tmp_path: Path) -> None:
+    # _reconstruct (allowed: every NumPy pickle calls it) allocated whatever shape the pickle
+    # gave it, before any data: a 100-byte file could make a label array of gigabytes, which
+    # the one-hot check then read through. NumPy's own pickles always build (0,).
+    content = pickle.dumps(ClaimedShape(), protocol=4)
+    with pytest.raises(UnsafePickleError, match=r"ind\.cora\.ty: it builds an array of shape "):
+        load_planetoid(write_tiny(tmp_path, ty=content), "cora")
+    assert len(content) < 200
+
+
+def test_planetoid_global_named_with_terminal_escapes_is_shown_escaped(tmp_path: Path) -> None:
+    # The refusal quoted the global a pickle asked for as the pickle spelled it: a module
+    # name holding escape sequences or a newline rewrote the terminal that printed the error.
+    def short_unicode(text: str) -> bytes:
+        data = text.encode()
+        return b"\x8c" + bytes([len(data)]) + data
+
+    content = b"\x80\x04" + short_unicode("os\x1b[2J") + short_unicode("sys\ntem") + b"\x93."
+    with pytest.raises(UnsafePickleError) as info:
+        load_planetoid(write_tiny(tmp_path, ty=content), "cora")
+    assert r"asks for os\x1b[2J.sys\ntem, which" in str(info.value)
+    assert str(info.value).isprintable()
