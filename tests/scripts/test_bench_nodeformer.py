@@ -45,8 +45,12 @@ def test_tiny_sweep_writes_one_record_per_n(bench, tmp_path, capsys):
             assert record["torch_s"] > 0 and record["torch_peak_mb"] >= 0
         assert record["ours_stolen"] is None or 0.0 <= record["ours_stolen"] <= 1.0
         assert isinstance(record["n"], int)
-        for key in ("ours_s", "ours_cpu_s", "exact_s"):
+        for key in ("ours_s", "exact_s"):
             assert isinstance(record[key], float) and record[key] > 0
+        # the process's CPU time is counted in clock ticks (10 ms): seven steps of a few ms at
+        # N = 200 may add up to no tick, so 0.0 is a measurement, not a failure (the suite
+        # failed on it under load)
+        assert isinstance(record["ours_cpu_s"], float) and record["ours_cpu_s"] >= 0
         for key in ("ours_peak_mb", "exact_peak_mb"):
             assert isinstance(record[key], float) and record[key] >= 0
     printed = capsys.readouterr().out
