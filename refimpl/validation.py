@@ -23,6 +23,7 @@ __all__ = [
     "check_array",
     "check_bipartite_inputs",
     "check_block_inputs",
+    "check_bool",
     "check_cotangent",
     "check_csr_structure",
     "check_finite",
@@ -416,6 +417,16 @@ def check_probability(value: Any, name: str) -> None:
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:
         raise ValueError(f"{name} must be a probability in [0, 1), got {value!r}")
+
+
+def check_bool(value: Any, name: str) -> None:
+    """``True`` or ``False`` (a Python or NumPy bool), for flags in configuration fields: a
+    string such as ``"False"`` or a number would be read by its truth value, silently.
+
+    ``name`` says whose field it is, e.g. ``"GATConv concat"``.
+    """
+    if not isinstance(value, bool | np.bool_):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
 
 
 def check_optional_bool(value: Any, name: str) -> None:

@@ -22,6 +22,7 @@ from refimpl.ops.losses import BCEWithLogits, L1Loss, MSELoss, SoftmaxCrossEntro
 from refimpl.ops.pooling import GlobalPool
 from refimpl.validation import (
     NonFiniteError,
+    check_bool,
     check_cotangent,
     check_finite,
     check_scalar_cotangent,
@@ -162,3 +163,15 @@ def test_nodeformer_edge_loss_refuses_a_non_finite_d_loss() -> None:
         edge_loss.backward(params, loss_cache, math.nan)
     with pytest.raises(NonFiniteError, match=r"d_loss contains NaN or infinity"):
         edge_loss.backward(params, loss_cache, np.array(np.inf))
+
+
+@pytest.mark.parametrize("flag", ["False", "", 0, 1, 1.0, None, [True], np.array([True])])
+def test_a_flag_must_be_a_bool_not_something_with_a_truth_value(flag: object) -> None:
+    # GATConv(concat="False") behaved as concat=True: the string's truth value was read
+    with pytest.raises(ValueError, match=r"^GATConv concat must be True or False, got "):
+        check_bool(flag, "GATConv concat")
+
+
+@pytest.mark.parametrize("flag", [True, False, np.bool_(True), np.bool_(False)])
+def test_python_and_numpy_bools_are_flags(flag: object) -> None:
+    check_bool(flag, "GATConv concat")
