@@ -311,7 +311,13 @@ def _check_entries(arrays: dict[str, Any], source: str) -> None:
             f"{source} has input/x and {' and '.join(pair)}: node features twice; give "
             "input/x (one node set) or input/x_src and input/x_dst (a bipartite layer)"
         )
-    for key in arrays:
+    for key, value in arrays.items():
+        floats = key not in ("config", "input/edge_index")
+        if floats and getattr(value, "dtype", np.dtype(object)).kind != "f":
+            raise CrosscheckError(
+                f"{source}: {key} has dtype {getattr(value, 'dtype', type(value).__name__)}; "
+                "every entry but config and input/edge_index holds floats"
+            )
         if key.startswith("grad/") and key.removeprefix("grad/") not in arrays:
             raise CrosscheckError(
                 f"{source} has {key} but no {key.removeprefix('grad/')}: a gradient for an "

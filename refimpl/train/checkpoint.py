@@ -19,6 +19,7 @@ crash mid-write leaves the previous checkpoint intact.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -95,7 +96,7 @@ def load_checkpoint(
     rng_state = _json_field(path, arrays, "rng_state")
     try:  # NumPy checks the state's fields when it is assigned
         np.random.default_rng().bit_generator.state = rng_state
-    except (TypeError, ValueError, KeyError) as err:
+    except (TypeError, ValueError, KeyError, OverflowError) as err:  # -1 overflows uint64
         raise ValueError(f"{path}: rng_state is not a PCG64 generator state ({err})") from err
     return (
         params,
@@ -130,14 +131,15 @@ def _is_number(value: Any) -> bool:
 
 def _checked_progress(path: Path, progress: Any) -> dict[str, Any]:
     """``progress`` is ``{"epoch": int >= 0, "best": {"epoch": int, <metric>: number, ...},
-    "train_loss": number, "data": str}`` with the best epoch before ``epoch`` (-1: none yet);
-    ``data`` (the data's fingerprint) is absent from checkpoints of earlier versions."""
+    "train_loss": finite number, "data": str}`` with the best epoch before ``epoch`` (-1:
+    none yet); ``data`` (the data's fingerprint) is absent from earlier versions' files."""
     best = progress.get("best") if isinstance(progress, dict) else None
     valid = (
         isinstance(best, dict)
         and _is_int(progress.get("epoch"))
         and progress["epoch"] >= 0
         and _is_number(progress.get("train_loss"))
+        and math.isfinite(progress["train_loss"])  # written after an epoch: the guards' finite
         and _is_int(best.get("epoch"))
         and -1 <= best["epoch"] < max(progress["epoch"], 0)
         and all(_is_number(v) for k, v in best.items() if k != "epoch")

@@ -224,3 +224,19 @@ def test_a_cotangent_without_gradients_is_noted(parts, tmp_path) -> None:
     result, notes = crosscheck(tmp_path / "g.npz")
     assert result.passed and [t.name for t in result.tensors] == ["out"]
     assert notes == ["cotangent: given without any grad/ entry, so only out is compared"]
+
+
+@pytest.mark.parametrize("key", ["output/out", "cotangent", "grad/input/x", "param/att_src"])
+@pytest.mark.parametrize("dtype", ["U8", np.int64, np.bool_])
+def test_an_entry_that_does_not_hold_floats_is_refused(key, dtype, parts, tmp_path, capsys) -> None:
+    # a text member (np.str_) reached the comparison: NumPy's "could not convert string to
+    # float", which names no entry (the reliability harness's crosscheck surface found it)
+    rng, graph, x = parts
+    layer = GATConv(4, 3, heads=2)
+    arrays = write_file(tmp_path / "f.npz", layer, layer.init_params(rng), x, graph,
+                        framework="pyg")  # fmt: skip
+    arrays[key] = np.zeros(np.shape(arrays[key])).astype(dtype)
+    np.savez(tmp_path / "f.npz", **arrays)
+    err = refused(tmp_path / "f.npz", capsys)
+    assert f"{key} has dtype {np.dtype(dtype)}; every entry but config and input/edge_index" in err
+    assert err.count("\n") == 1

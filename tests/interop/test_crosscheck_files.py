@@ -127,10 +127,13 @@ def test_an_unsupported_dtype_is_refused_before_any_tolerance_is_used(parts, tmp
     arrays = gat_file(tmp_path / "f.npz", parts)
     arrays["input/x"] = np.ones((5, 4), dtype=np.int64)
     np.savez(tmp_path / "int.npz", **arrays)
-    with pytest.raises(CrosscheckError, match="input/x has dtype int64; use float32 or float64"):
-        crosscheck(tmp_path / "int.npz")
-    with pytest.raises(CrosscheckError, match="refused the file's arrays"):  # rtol given
-        crosscheck(tmp_path / "int.npz", rtol=1e-3)
+    for rtol in (None, 1e-3):  # with rtol given too: refused as the file's, in one line
+        with pytest.raises(CrosscheckError, match="input/x has dtype int64; every entry but"):
+            crosscheck(tmp_path / "int.npz", rtol=rtol)
+    arrays["input/x"] = np.ones((5, 4), dtype=np.float16)  # floats, but no tolerance for them
+    np.savez(tmp_path / "half.npz", **arrays)
+    with pytest.raises(CrosscheckError, match="input/x has dtype float16; use float32 or float64"):
+        crosscheck(tmp_path / "half.npz")
 
 
 def test_tolerances_come_from_the_shared_tables(parts, tmp_path) -> None:

@@ -4,6 +4,7 @@ foreign file is one message naming the file and the field, never a traceback or 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -84,6 +85,22 @@ TAMPERED = {
     "float step": (put("opt/step", 3.0), r"optimiser entry step must be a 0-d integer >= 0"),
     "negative step": (put("opt/step", -1), r"optimiser entry step must be a 0-d integer >= 0"),
     "data not a string": (progress_with(data=5), r"progress must be"),
+    # the reliability harness: a NaN loss was accepted, a negative state an OverflowError
+    "loss nan": (progress_with(train_loss=math.nan), r"progress must be"),
+    "rng state negative": (
+        put(
+            "rng_state",
+            json.dumps(
+                {
+                    "bit_generator": "PCG64",
+                    "state": {"state": -1, "inc": 1},
+                    "has_uint32": 0,
+                    "uinteger": 0,
+                }
+            ),
+        ),
+        r"rng_state is not a PCG64",
+    ),
 }
 
 
