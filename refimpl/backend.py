@@ -54,6 +54,7 @@ __all__ = [
     "get_backend",
     "is_array",
     "is_sparse",
+    "refuse_array_subclass",
     "set_backend",
     "sparse_module",
     "sparse_owner",
@@ -190,12 +191,44 @@ def _owner(array: Any) -> str | None:
     return sparse_owner(array)
 
 
+# The subclasses of numpy.ndarray that compute as it does: a memory-mapped file. Any other
+# (numpy.matrix, numpy.ma.MaskedArray, arrays with units) has arithmetic or indexing of its own
+# that the math here would not follow: a matrix stays 2-D and its ``*`` multiplies matrices, a
+# masked array's mask would be ignored. is_array refuses them.
+_PLAIN_SUBCLASSES = (np.memmap,)
+
+
 def is_array(array: Any) -> bool:
     """True for a dense array of any backend (``numpy.ndarray``, ``cupy.ndarray``, strict);
-    False for a sparse matrix (:func:`is_sparse`)."""
+    False for a sparse matrix (:func:`is_sparse`) and for a subclass of ``numpy.ndarray`` with
+    arithmetic of its own (``numpy.matrix``, ``numpy.ma.MaskedArray``: a memmap is an array)."""
     if type(array) is np.ndarray:  # the common case, without the owner lookup
         return True
+    if isinstance(array, np.ndarray):
+        return type(array) in _PLAIN_SUBCLASSES
     return _owner(array) is not None and not is_sparse(array)
+
+
+def refuse_array_subclass(value: Any, name: str) -> None:
+    """A ``TypeError`` in one line for ``value``, a subclass of ``numpy.ndarray`` that
+    :func:`is_array` refuses, saying what to pass instead; nothing for any other value."""
+    if not isinstance(value, np.ndarray) or is_array(value):
+        return
+    if isinstance(value, np.ma.MaskedArray):
+        raise TypeError(
+            f"{name} is a numpy.ma masked array, whose mask refimpl would ignore: fill or drop "
+            f"the masked entries and pass a plain array ({name}.filled(value))"
+        )
+    if isinstance(value, np.matrix):
+        raise TypeError(
+            f"{name} is a numpy.matrix, which stays 2-D and multiplies as a matrix: pass "
+            f"numpy.asarray({name})"
+        )
+    kind = f"{type(value).__module__}.{type(value).__qualname__}"
+    raise TypeError(
+        f"{name} is a {kind}, a subclass of numpy.ndarray whose arithmetic may differ from an "
+        f"array's: pass numpy.asarray({name}), a plain array"
+    )
 
 
 def get_array_module(*arrays: Any) -> ModuleType:
@@ -218,7 +251,10 @@ def get_array_module(*arrays: Any) -> ModuleType:
 
 def asarray(array: Any, backend: str | None = None, dtype: Any = None) -> Any:
     """Copy or view ``array`` as an array of ``backend`` (explicit host/device move). A sparse
-    matrix stays sparse: a CSR matrix of ``backend``'s sparse module."""
+    matrix stays sparse: a CSR matrix of ``backend``'s sparse module. A ``numpy.ma`` masked
+    array is refused (``TypeError``): its mask would be dropped without a word."""
+    if isinstance(array, np.ma.MaskedArray):
+        refuse_array_subclass(array, "array")
     source = _owner(array)
     target = _check_name(_current if backend is None else backend)
     if is_sparse(array):

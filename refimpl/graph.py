@@ -30,7 +30,14 @@ from typing import Any
 
 import numpy as np
 
-from refimpl.backend import backend_name, get_array_module, is_array, to_numpy
+from refimpl.backend import (
+    backend_name,
+    get_array_module,
+    is_array,
+    refuse_array_subclass,
+    to_numpy,
+)
+from refimpl.kernels.limits import check_count
 from refimpl.kernels.segment import Segments
 
 __all__ = ["Graph", "with_configured_self_loops"]
@@ -57,10 +64,12 @@ class Graph:
     Raises
     ------
     TypeError
-        ``edge_index`` is not integer (a float array, say) or ``num_nodes`` is
-        not an int.
+        ``edge_index`` is not integer (a float array, say) or a NumPy subclass with arithmetic
+        of its own (``numpy.ma``, ``numpy.matrix``), or ``num_nodes`` is not an int.
     ValueError
-        Wrong shape, an index out of range or negative, or ``num_nodes < 0``.
+        Wrong shape, an index out of range or negative, ``num_nodes < 0``, or a node or edge
+        count over 2**31 - 1, the most the kernels index
+        (:data:`refimpl.kernels.limits.MAX_COUNT`).
     """
 
     def __init__(self, edge_index: Any, num_nodes: int, num_dst_nodes: int | None = None) -> None:
@@ -68,6 +77,7 @@ class Graph:
         num_targets = num_nodes
         if num_dst_nodes is not None:
             num_targets = _node_count(num_dst_nodes, "num_dst_nodes")
+        refuse_array_subclass(edge_index, "edge_index")  # np.asarray would drop a mask
         if not is_array(edge_index):
             edge_index = np.asarray(edge_index)
             if edge_index.size == 0:  # [] or [[], []]: no edges
@@ -83,6 +93,7 @@ class Graph:
                 f"edge_index must be an integer array, got dtype {edge_index.dtype}; "
                 "convert with edge_index.astype(int) after checking the values are whole"
             )
+        check_count(edge_index.shape[1], "the number of edges")
         if edge_index.shape[1]:
             low = int(edge_index.min())
             if low < 0:
@@ -315,6 +326,7 @@ def _node_count(value: Any, name: str) -> int:
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if int(value) < 0:
         raise ValueError(f"{name} must be >= 0, got {int(value)}")
+    check_count(int(value), name)
     return int(value)
 
 

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from refimpl.backend import get_array_module
+from refimpl.fields import check_nonnegative_number
 from refimpl.neurons import (
     ATTENTION_NAMES,
     WEIGHT_NAMES,
@@ -245,8 +246,8 @@ def balance(params: dict[str, Any], beta: float = 2.0, order: str = "forward") -
     """
     if order not in ("forward", "reverse"):
         raise ValueError(f"order must be 'forward' or 'reverse', got {order!r}")
-    if not (isinstance(beta, int | float) and math.isfinite(beta) and beta > 0):
-        raise ValueError(f"beta (a squared norm) must be a positive finite number, got {beta!r}")
+    # refuses a bool (True balanced to 1) and an int beyond float range (10**400) too
+    check_nonnegative_number(beta, "balance beta (a squared norm)", allow_zero=False)
     layers = layer_structure(params)
     out = dict(params)
     for layer in layers:  # step 1

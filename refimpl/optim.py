@@ -17,6 +17,12 @@ array module of the parameters, so the same code runs on NumPy, CuPy and the
 strict stand-in; hyperparameters are Python floats, so a float32 model stays
 float32. Bias corrections are host scalars computed from the step count, as in
 PyTorch's ``_single_tensor_adam`` (reading ``"step"`` is one host sync on CuPy).
+
+A step whose result is not finite raises (one reduction per new parameter and state array,
+the check the training loop's guard relied on): :class:`NonFiniteUpdate` where the update
+itself overflowed finite inputs (a learning rate or weight decay too large for the values),
+:class:`~refimpl.validation.NonFiniteError` naming the input where one already held NaN or
+infinity.
 """
 
 from __future__ import annotations
@@ -27,17 +33,29 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
+
 from refimpl.backend import asarray, backend_name, get_array_module, is_array
 from refimpl.validation import NonFiniteError, all_finite
 
-__all__ = ["OPTIMIZERS", "SGD", "Adam", "Optimizer", "make_optimizer"]
+__all__ = ["OPTIMIZERS", "SGD", "Adam", "NonFiniteUpdate", "Optimizer", "make_optimizer"]
 
 Params = Mapping[str, Any]
 State = dict[str, Any]
 
 
+class NonFiniteUpdate(NonFiniteError):
+    """A step made ``key`` non-finite from finite parameters, gradients and state: a
+    parameter's name, or (``in_state``) a state entry's such as ``"v.layer0.W"``."""
+
+    def __init__(self, message: str, key: str = "", in_state: bool = False) -> None:
+        super().__init__(message)
+        self.key, self.in_state = key, in_state  # kept by pickle (the instance's __dict__)
+
+
 class Optimizer(Protocol):
-    """What the training loop needs from an optimiser."""
+    """What the training loop needs from an optimiser; ``step`` raises
+    :class:`NonFiniteUpdate` rather than return a non-finite parameter or state entry."""
 
     def init(self, params: Params) -> State: ...
 
@@ -62,8 +80,8 @@ class SGD:
     weight_decay: float = 0.0  # L2 penalty coefficient (the loss gains wd/2 * ||w||^2)
 
     def __post_init__(self) -> None:
-        _set_floats(self, lr=_check_real("lr", self.lr, positive=True))
-        _set_floats(self, weight_decay=_check_real("weight_decay", self.weight_decay))
+        _set_floats(self, lr=_check_real("SGD lr", self.lr, positive=True))
+        _set_floats(self, weight_decay=_check_real("SGD weight_decay", self.weight_decay))
 
     def init(self, params: Params) -> State:
         """Fresh state: ``{"step": 0}`` on the parameters' backend."""
@@ -71,17 +89,23 @@ class SGD:
         return {"step": xp.asarray(0, dtype=xp.int64)}
 
     def step(self, params: Params, grads: Params, state: Mapping[str, Any]) -> tuple[dict, State]:
-        """One update; returns ``(new_params, new_state)`` without touching the inputs."""
+        """One update; returns ``(new_params, new_state)`` without touching the inputs.
+
+        Raises :class:`NonFiniteUpdate` if a new parameter is not finite (module docstring).
+        """
         xp = _check_params(params)
         _check_grads(params, grads)
         step = _check_state(state, params, ())
         new_params = {}
-        for name, w in params.items():
-            g = grads[name]
-            if self.weight_decay != 0:
-                g = g + self.weight_decay * w  # L2 decay through the gradient (coupled)
-            new_params[name] = xp.asarray(w + (-self.lr) * g)  # NumPy: 0-d stays an array
-        return new_params, {"step": xp.asarray(step + 1, dtype=xp.int64)}
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow: _check_update's line
+            for name, w in params.items():
+                g = grads[name]
+                if self.weight_decay != 0:
+                    g = g + self.weight_decay * w  # L2 decay through the gradient (coupled)
+                new_params[name] = xp.asarray(w + (-self.lr) * g)  # NumPy: 0-d stays an array
+        new_state = {"step": xp.asarray(step + 1, dtype=xp.int64)}
+        _check_update("SGD", params, grads, state, new_params, new_state)
+        return new_params, new_state
 
     def load_state(self, state: Mapping[str, Any], params: Params | None = None) -> State:
         """A plain state dict from a loaded ``.npz`` (or any mapping); see :func:`_load_state`."""
@@ -119,13 +143,13 @@ class Adam:
 
     def __post_init__(self) -> None:
         if not isinstance(self.betas, (tuple, list)) or len(self.betas) != 2:
-            raise ValueError(f"betas must be a pair (beta1, beta2), got {self.betas!r}")
+            raise ValueError(f"Adam betas must be a pair (beta1, beta2), got {self.betas!r}")
         betas = tuple(
-            _check_real(f"betas[{i}]", b, below_one=True) for i, b in enumerate(self.betas)
+            _check_real(f"Adam betas[{i}]", b, below_one=True) for i, b in enumerate(self.betas)
         )
-        _set_floats(self, lr=_check_real("lr", self.lr, positive=True), betas=betas)
-        _set_floats(self, eps=_check_real("eps", self.eps, positive=True))
-        _set_floats(self, weight_decay=_check_real("weight_decay", self.weight_decay))
+        _set_floats(self, lr=_check_real("Adam lr", self.lr, positive=True), betas=betas)
+        _set_floats(self, eps=_check_real("Adam eps", self.eps, positive=True))
+        _set_floats(self, weight_decay=_check_real("Adam weight_decay", self.weight_decay))
 
     def init(self, params: Params) -> State:
         """Fresh state: step 0 and zero moments ``m.<name>``, ``v.<name>`` like each parameter."""
@@ -136,7 +160,11 @@ class Adam:
         return state
 
     def step(self, params: Params, grads: Params, state: Mapping[str, Any]) -> tuple[dict, State]:
-        """One update; returns ``(new_params, new_state)`` without touching the inputs."""
+        """One update; returns ``(new_params, new_state)`` without touching the inputs.
+
+        Raises :class:`NonFiniteUpdate` if a new parameter, ``m`` or ``v`` is not finite
+        (module docstring).
+        """
         xp = _check_params(params)
         _check_grads(params, grads)
         t = _check_state(state, params, ("m", "v")) + 1
@@ -145,18 +173,21 @@ class Adam:
         step_size = self.lr / (1 - beta1**t)
         bias_correction2_sqrt = (1 - beta2**t) ** 0.5
         new_params, new_m, new_v = {}, {}, {}
-        for name, w in params.items():
-            g = grads[name]
-            if self.weight_decay != 0:
-                g = g + self.weight_decay * w  # torch: grad.add(param, alpha=weight_decay)
-            m = _lerp(state[f"m.{name}"], g, 1 - beta1)  # torch: exp_avg.lerp_(grad, 1 - beta1)
-            v = state[f"v.{name}"] * beta2 + ((1 - beta2) * g) * g  # mul_(beta2).addcmul_
-            denom = xp.sqrt(v) / bias_correction2_sqrt + self.eps
-            w = w + (-step_size * m) / denom  # torch: param.addcdiv_(m, denom, value=-step_size)
-            # xp.asarray: NumPy arithmetic on 0-d arrays returns scalars; keep them arrays
-            new_params[name] = xp.asarray(w)
-            new_m[f"m.{name}"], new_v[f"v.{name}"] = xp.asarray(m), xp.asarray(v)
-        return new_params, {"step": xp.asarray(t, dtype=xp.int64), **new_m, **new_v}
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow: _check_update's line
+            for name, w in params.items():
+                g = grads[name]
+                if self.weight_decay != 0:
+                    g = g + self.weight_decay * w  # torch: grad.add(param, alpha=weight_decay)
+                m = _lerp(state[f"m.{name}"], g, 1 - beta1)  # torch: exp_avg.lerp_(grad, 1 - b1)
+                v = state[f"v.{name}"] * beta2 + ((1 - beta2) * g) * g  # mul_(beta2).addcmul_
+                denom = xp.sqrt(v) / bias_correction2_sqrt + self.eps
+                w = w + (-step_size * m) / denom  # torch: addcdiv_(m, denom, value=-step_size)
+                # xp.asarray: NumPy arithmetic on 0-d arrays returns scalars; keep them arrays
+                new_params[name] = xp.asarray(w)
+                new_m[f"m.{name}"], new_v[f"v.{name}"] = xp.asarray(m), xp.asarray(v)
+        new_state = {"step": xp.asarray(t, dtype=xp.int64), **new_m, **new_v}
+        _check_update("Adam", params, grads, state, new_params, new_state)
+        return new_params, new_state
 
     def load_state(self, state: Mapping[str, Any], params: Params | None = None) -> State:
         """A plain state dict from a loaded ``.npz`` (or any mapping); see :func:`_load_state`."""
@@ -193,6 +224,39 @@ def _check_real(name: str, value: Any, positive: bool = False, below_one: bool =
         wanted = "> 0" if positive else ("in [0, 1)" if below_one else ">= 0")
         raise ValueError(f"{name} must be finite and {wanted}, got {value!r}")
     return value
+
+
+def _check_update(
+    owner: str,
+    params: Params,
+    grads: Params,
+    state: Mapping[str, Any],
+    new_params: Params,
+    new_state: Mapping[str, Any],
+) -> None:
+    """Every new parameter, then every new state array (not ``"step"``), is finite; else
+    :class:`NonFiniteUpdate` for the first that is not, or :class:`NonFiniteError` naming
+    the input of that parameter that already held NaN or infinity."""
+    for in_state, arrays in ((False, new_params), (True, new_state)):
+        for key, value in arrays.items():
+            if key == "step" or all_finite(value):
+                continue
+            name = key.split(".", 1)[1] if in_state else key  # "v.layer0.W" -> "layer0.W"
+            inputs = {f"params[{name!r}]": params[name], f"grads[{name!r}]": grads[name]}
+            inputs |= {f"state[{k!r}]": state[k] for k in state if k.split(".", 1)[-1] == name}
+            bad = next((what for what, array in inputs.items() if not all_finite(array)), None)
+            if bad is not None:
+                raise NonFiniteError(
+                    f"{owner}.step: {bad} holds NaN or infinity, so the update of {name!r} "
+                    "cannot be finite; check the step that produced it"
+                )
+            made = f"state[{key!r}]" if in_state else f"params[{key!r}]"
+            raise NonFiniteUpdate(
+                f"{owner}.step made {made} non-finite from finite parameters, gradients and "
+                "state; use a smaller lr (or weight_decay)",
+                key,
+                in_state,
+            )
 
 
 def _set_floats(obj: Any, **values: Any) -> None:

@@ -8,14 +8,13 @@ CuPy), never inside the math. All blocks and layers share them.
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from refimpl.backend import get_array_module, is_array, is_sparse
+from refimpl.backend import get_array_module, is_array, is_sparse, refuse_array_subclass
 
 __all__ = [
     "NonFiniteError",
@@ -23,7 +22,6 @@ __all__ = [
     "check_array",
     "check_bipartite_inputs",
     "check_block_inputs",
-    "check_bool",
     "check_cotangent",
     "check_csr_structure",
     "check_finite",
@@ -32,8 +30,7 @@ __all__ = [
     "check_keys",
     "check_optional_input",
     "check_params",
-    "check_positive_int",
-    "check_probability",
+    "check_rng",
     "check_same_dtype",
     "check_scalar_cotangent",
     "check_sparse_input",
@@ -56,6 +53,7 @@ def check_array(
 
     Returns the array module of ``value``.
     """
+    refuse_array_subclass(value, name)  # numpy.matrix, numpy.ma: what to pass instead
     if not is_array(value):
         raise TypeError(
             f"{name} must be an array (NumPy, CuPy or strict), got {type(value).__name__}; "
@@ -192,6 +190,7 @@ def check_cotangent(
     """``d_out`` matches the forward output's shape, dtype and backend (of ``like``) and is
     finite: a NaN or infinity in it would make every gradient non-finite without a word,
     so it is refused as forward refuses a non-finite input (:class:`NonFiniteError`)."""
+    refuse_array_subclass(d_out, name)
     if not is_array(d_out) or tuple(d_out.shape) != tuple(shape):
         got = tuple(d_out.shape) if is_array(d_out) else type(d_out).__name__
         raise ValueError(f"{name} must be an array of the output's shape {tuple(shape)}, got {got}")
@@ -213,6 +212,7 @@ def check_scalar_cotangent(d_loss: Any, like: Any, name: str = "d_loss") -> Any:
                 f"{name} must be finite, got {d_loss!r} (the gradient of the loss itself is 1.0)"
             )
         return d_loss
+    refuse_array_subclass(d_loss, name)
     if not (is_array(d_loss) or isinstance(d_loss, np.generic)):
         raise TypeError(f"{name} must be a number or a 0-d array, got {type(d_loss).__name__}")
     if d_loss.ndim != 0:
@@ -288,6 +288,8 @@ def check_bipartite_inputs(x: Any, graph: Any, owner: str) -> None:
 
     if not isinstance(graph, Graph):
         raise TypeError(f"graph must be a refimpl.Graph, got {type(graph).__name__}")
+    for side, name in zip(x, ("x_src", "x_dst"), strict=False):
+        refuse_array_subclass(side, name)
     if len(x) != 2 or not all(is_array(side) or is_sparse(side) for side in x):
         raise TypeError(f"{owner}: x must be one array or a pair of arrays (x_src, x_dst)")
     for side, rows, what in ((x[0], graph.num_nodes, "sources"),
@@ -310,6 +312,7 @@ def check_optional_input(
     """An input a block takes exactly when configured for it (``edge_attr`` with ``edge_dim``,
     ``pe`` with ``pe_dim``): absent when ``width`` is None, else a finite ``(rows, width)``
     array on ``x``'s backend with ``x``'s dtype."""
+    refuse_array_subclass(value, name)
     if value is not None and not is_array(value):
         raise TypeError(
             f"{name} must be an array or None, got {type(value).__name__}; {owner}.forward "
@@ -344,6 +347,18 @@ def check_keys(given: Mapping[str, Any], expected: list[str], problem: str, fix:
         raise ValueError(
             f"{problem}: missing {missing}, unexpected {unexpected}; {fix} "
             f"(expected keys: {expected})"
+        )
+
+
+def check_rng(rng: Any, name: str) -> None:
+    """``None`` or a generator: ``numpy.random.Generator`` (``numpy.random.default_rng(seed)``)
+    or CuPy's, which draws on the device. An int seed or a ``RandomState`` is refused here, not
+    met later as an ``AttributeError``. ``name`` says whose, e.g. ``"TransformerConv rng"``."""
+    cupy_generator = type(rng).__module__.startswith("cupy.") and hasattr(rng, "random")
+    if not (rng is None or isinstance(rng, np.random.Generator) or cupy_generator):
+        raise TypeError(
+            f"{name} must be a numpy.random.Generator or None, got {type(rng).__name__}; "
+            "make one with numpy.random.default_rng(seed)"
         )
 
 
@@ -386,50 +401,3 @@ def check_params(params: Any, shapes: Mapping[str, tuple], owner: str) -> None:
     )
     for name, shape in shapes.items():
         check_input(params[name], f"params[{name!r}]", shape=shape)
-
-
-def check_nonnegative_number(value: Any, name: str, allow_zero: bool = True) -> None:
-    """A finite real ``>= 0`` (``> 0`` without ``allow_zero``), for configuration fields."""
-    bound = ">= 0" if allow_zero else "> 0"
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float, np.integer, np.floating))
-        or not math.isfinite(value)
-        or value < 0
-        or (value == 0 and not allow_zero)
-    ):
-        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
-
-
-def check_positive_int(value: Any, name: str) -> None:
-    """An int ``>= 1`` (Python or NumPy, not a bool), for sizes in configuration fields.
-
-    ``name`` says whose field it is, e.g. ``"TransformerConv heads"``.
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-
-
-def check_probability(value: Any, name: str) -> None:
-    """A real in ``[0, 1)`` (not a bool; NaN fails), for dropout probabilities.
-
-    ``name`` says whose field it is, e.g. ``"GAT attn_dropout"``.
-    """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:
-        raise ValueError(f"{name} must be a probability in [0, 1), got {value!r}")
-
-
-def check_bool(value: Any, name: str) -> None:
-    """``True`` or ``False`` (a Python or NumPy bool), for flags in configuration fields: a
-    string such as ``"False"`` or a number would be read by its truth value, silently.
-
-    ``name`` says whose field it is, e.g. ``"GATConv concat"``.
-    """
-    if not isinstance(value, bool | np.bool_):
-        raise ValueError(f"{name} must be True or False, got {value!r}")
-
-
-def check_optional_bool(value: Any, name: str) -> None:
-    """``None``, ``True`` or ``False`` (a tri-state configuration field)."""
-    if not (value is None or isinstance(value, bool)):
-        raise ValueError(f"{name} must be None, True or False, got {value!r}")

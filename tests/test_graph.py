@@ -268,6 +268,15 @@ def test_to_dense_adjacency_refuses_huge_graphs():
         Graph([], 10_001).to_dense_adjacency()
 
 
+def test_to_dense_adjacency_takes_a_graph_at_the_limit(monkeypatch):
+    # The limit itself is allowed ("num_nodes <= limit"); at 10_000 nodes that is 800 MB, so
+    # the limit is lowered to check the boundary.
+    monkeypatch.setattr(graph_module, "_DENSE_LIMIT", 3)
+    np.testing.assert_array_equal(Graph([[0], [2]], 3).to_dense_adjacency(), np.eye(3, k=2))
+    with pytest.raises(ValueError, match="num_nodes <= 3"):
+        Graph([], 4).to_dense_adjacency()
+
+
 # -- backends and caching --------------------------------------------------------------------------
 
 

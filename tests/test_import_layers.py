@@ -26,6 +26,7 @@ FLOORS = {
     "refimpl.graph": 2,
     "refimpl": 2,  # the root package re-exports Graph and the backend switch
     "refimpl.validation": 3,
+    "refimpl.fields": 3,
     "refimpl.files": 3,
     "refimpl.testing": 3,
     "refimpl.neurons": 3,

@@ -61,6 +61,12 @@ def test_looks_linear_refuses_averaged_hidden_heads(scheme: str) -> None:
         INITIALISERS[scheme](model, np.random.default_rng(0))
     one_head = GAT(5, 4, 3, num_layers=3, heads=1, concat=False)  # nothing to cancel
     assert INITIALISERS[scheme](one_head, np.random.default_rng(0))
+    # Every hidden layer counts, not only the first; the output layer's heads do not.
+    later = GAT(5, 4, 3, num_layers=3, heads=[1, 2, 1], concat=False)
+    with pytest.raises(ValueError, match="concat=True"):
+        INITIALISERS[scheme](later, np.random.default_rng(0))
+    output_only = GAT(5, 4, 3, num_layers=3, heads=[1, 1, 2], concat=False)
+    assert INITIALISERS[scheme](output_only, np.random.default_rng(0))
 
 
 # -- every scheme: keys, shapes, zeros ---------------------------------------------------------
@@ -401,11 +407,14 @@ def _xavier(num_layers: int = 3) -> dict[str, np.ndarray]:
     ("kwargs", "message"),
     [
         ({"order": "sideways"}, "order must be 'forward' or 'reverse', got 'sideways'"),
-        ({"beta": 0}, "beta .* must be a positive finite number, got 0"),
-        ({"beta": -1.0}, "beta .* must be a positive finite number, got -1.0"),
-        ({"beta": float("nan")}, "beta .* must be a positive finite number, got nan"),
-        ({"beta": float("inf")}, "beta .* must be a positive finite number, got inf"),
-        ({"beta": "2"}, "beta .* must be a positive finite number, got '2'"),
+        ({"beta": 0}, r"^balance beta \(a squared norm\) must be a finite number > 0, got 0$"),
+        ({"beta": -1.0}, "beta .* must be a finite number > 0, got -1.0"),
+        ({"beta": float("nan")}, "beta .* must be a finite number > 0, got nan"),
+        ({"beta": float("inf")}, "beta .* must be a finite number > 0, got inf"),
+        ({"beta": "2"}, "beta .* must be a finite number > 0, got '2'"),
+        # True balanced to 1 (a bool is an int), and 10**400 escaped as an OverflowError
+        ({"beta": True}, "beta .* must be a finite number > 0, got True"),
+        ({"beta": 10**400}, "beta .* must be a finite number > 0, got 1000"),
     ],
 )
 def test_balance_rejects_bad_arguments(kwargs: dict, message: str) -> None:

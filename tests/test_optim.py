@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -11,8 +13,9 @@ from hypothesis import strategies as st
 
 from refimpl import optim
 from refimpl.backend import asarray, to_numpy
-from refimpl.optim import OPTIMIZERS, SGD, Adam, make_optimizer
+from refimpl.optim import OPTIMIZERS, SGD, Adam, NonFiniteUpdate, make_optimizer
 from refimpl.testing import FORWARD_RTOL, max_relative_error
+from refimpl.validation import NonFiniteError
 from tests.backends import DEVICE_BACKENDS
 from tests.strategies import seeds
 
@@ -257,13 +260,13 @@ def test_registry():
         (lambda: Adam(eps=0.0), ValueError, r"eps must be finite and > 0"),
         # each option finite and in range (pinned one by one); an int beyond float range
         # escaped as an OverflowError traceback, float() raising before the range check
-        (lambda: SGD(math.inf), ValueError, r"^lr must be finite and > 0, got inf$"),
-        (lambda: SGD(10**400), ValueError, r"^lr must be finite and > 0, got inf$"),
-        (lambda: Adam(weight_decay=math.inf), ValueError, r"^weight_decay must be finite"),
-        (lambda: Adam(eps=math.nan), ValueError, r"^eps must be finite and > 0, got nan$"),
-        (lambda: Adam(eps=math.inf), ValueError, r"^eps must be finite and > 0, got inf$"),
-        (lambda: Adam(betas=(math.nan, 0.9)), ValueError, r"^betas\[0\] must be finite"),
-        (lambda: Adam(lr=-1e-3), ValueError, r"^lr must be finite and > 0, got -0\.001$"),
+        (lambda: SGD(math.inf), ValueError, r"^SGD lr must be finite and > 0, got inf$"),
+        (lambda: SGD(10**400), ValueError, r"^SGD lr must be finite and > 0, got inf$"),
+        (lambda: Adam(weight_decay=math.inf), ValueError, r"^Adam weight_decay must be finite"),
+        (lambda: Adam(eps=math.nan), ValueError, r"^Adam eps must be finite and > 0, got nan$"),
+        (lambda: Adam(eps=math.inf), ValueError, r"^Adam eps must be finite and > 0, got inf$"),
+        (lambda: Adam(betas=(math.nan, 0.9)), ValueError, r"^Adam betas\[0\] must be finite"),
+        (lambda: Adam(lr=-1e-3), ValueError, r"^Adam lr must be finite and > 0, got -0\.001$"),
     ],
 )
 def test_hyperparameter_errors(make, error, match):
@@ -335,3 +338,53 @@ def test_lerp_takes_atens_branch_for_each_weight(weight: float) -> None:
     np.testing.assert_array_equal(optim._lerp(start, end, weight), expected)
     if weight in (0.0, 1.0):
         np.testing.assert_array_equal(expected, start if weight == 0.0 else end)
+
+
+@pytest.mark.parametrize(
+    "opt",
+    [Adam(lr=1e308), Adam(weight_decay=1e308), SGD(0.1, weight_decay=1e308)],
+    ids=["adam_lr", "adam_weight_decay", "sgd_weight_decay"],
+)
+def test_an_overflowing_update_raises_instead_of_returning_infinite_parameters(opt):
+    # These returned infinite parameters (with NumPy's overflow warnings) and no error: only
+    # the training loop's guard looked at the result of a step, so a direct caller, and the
+    # reliability harness, got inf; the tests here used moderate rates only.
+    params, grads = {"w": np.array([1.0, -2.0, 0.5])}, {"w": np.array([0.3, 0.1, -0.2])}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the one line below says it all
+        with pytest.raises(NonFiniteUpdate) as error:
+            opt.step(params, grads, opt.init(params))
+    name = type(opt).__name__
+    assert str(error.value) == (
+        f"{name}.step made params['w'] non-finite from finite parameters, gradients and "
+        "state; use a smaller lr (or weight_decay)"
+    )
+    assert isinstance(error.value, NonFiniteError)
+    assert (error.value.key, error.value.in_state) == ("w", False)
+    # a worker process sends it back pickled: what the guard reads survives
+    copy = pickle.loads(pickle.dumps(error.value))
+    assert (str(copy), copy.key, copy.in_state) == (str(error.value), "w", False)
+
+
+def test_an_overflowing_second_moment_names_the_state_entry():
+    # float32 v = g^2 overflows for |g| > 1.8e19 while the parameter stays finite (m / sqrt(v)
+    # is 0): the state is what went wrong, and what the error names.
+    params = {"W": np.ones(3, np.float32), "b": np.ones(2, np.float32)}
+    grads = {"W": np.ones(3, np.float32), "b": np.full(2, 1e21, np.float32)}
+    opt = Adam()
+    with pytest.raises(NonFiniteUpdate, match=r"^Adam\.step made state\['v\.b'\] non-finite"):
+        opt.step(params, grads, opt.init(params))
+
+
+@pytest.mark.parametrize("where", ["params", "grads", "state"])
+def test_a_non_finite_input_is_named_not_blamed_on_the_learning_rate(where):
+    params, grads = {"W": np.ones(3), "b": np.ones(2)}, {"W": np.ones(3), "b": np.ones(2)}
+    opt = Adam()
+    state = opt.init(params)
+    damaged = {"params": params, "grads": grads, "state": state}[where]
+    key = "m.b" if where == "state" else "b"
+    damaged[key] = np.array([1.0, np.nan])
+    with pytest.raises(NonFiniteError) as error:
+        opt.step(params, grads, state)
+    assert not isinstance(error.value, NonFiniteUpdate)
+    assert str(error.value).startswith(f"Adam.step: {where}[{key!r}] holds NaN or infinity")

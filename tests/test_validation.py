@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from refimpl.fields import check_bool
 from refimpl.interop.golden import _forward as golden_replay
 from refimpl.interop.golden_cases import CASES
 from refimpl.kernels.segment import Segments
@@ -20,13 +21,7 @@ from refimpl.ops.dropout import Dropout
 from refimpl.ops.linear import Linear
 from refimpl.ops.losses import BCEWithLogits, L1Loss, MSELoss, SoftmaxCrossEntropy
 from refimpl.ops.pooling import GlobalPool
-from refimpl.validation import (
-    NonFiniteError,
-    check_bool,
-    check_cotangent,
-    check_finite,
-    check_scalar_cotangent,
-)
+from refimpl.validation import NonFiniteError, check_cotangent, check_finite, check_scalar_cotangent
 from tests.strategies import seeds
 
 

@@ -75,6 +75,7 @@ from typing import Any
 
 import numpy as np
 
+from refimpl.fields import check_nonnegative_number
 from refimpl.files import read_npz
 from refimpl.graph import Graph
 from refimpl.interop.compare import Comparison, compare_tensors
@@ -82,7 +83,6 @@ from refimpl.interop.pyg import from_pyg
 from refimpl.interop.pyg_layouts import NEWEST, Entry, detect_gat_v1_layout, layout_entries
 from refimpl.nn import GATConv, TransformerConv
 from refimpl.testing.tolerances import FORWARD_RTOL, GRADIENT_RTOL
-from refimpl.validation import check_nonnegative_number
 
 __all__ = ["CrosscheckError", "crosscheck", "crosscheck_arrays", "graph_of", "layer_from_config"]
 

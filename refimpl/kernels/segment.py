@@ -45,6 +45,7 @@ from typing import Any
 from refimpl.backend import backend_name, get_array_module, sparse_module
 from refimpl.kernels.csr import csr_matmul, head_block_matmul, head_blocks
 from refimpl.kernels.device_sums import row_sums_in_order
+from refimpl.kernels.limits import check_count
 
 __all__ = [
     "CACHED_POSITIONS",
@@ -123,8 +124,7 @@ class Segments:
             indptr[1:] = xp.cumsum(self.counts())
             order = self.item_order()  # (E,)
             if self.backend != "numpy":
-                if self.num_items >= 2**31:
-                    raise ValueError(f"{self.num_items} items: the device path holds < 2**31")
+                check_count(self.num_items, "the number of items (edges)")
                 order, indptr = order.astype(xp.int32), indptr.astype(xp.int32)
             self._csr = (order, indptr)
         return self._csr

@@ -29,7 +29,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from refimpl.backend import asarray, to_numpy
+from refimpl.backend import asarray, refuse_array_subclass, to_numpy
+from refimpl.fields import check_positive_int
 from refimpl.graph import Graph
 from refimpl.kernels.segment import Segments
 
@@ -128,6 +129,9 @@ def _build_attention_graph(
 
 def _check_batch(batch: Any, num_graphs: int | None, n: int) -> tuple[np.ndarray, int]:
     """Host ``batch (N,)`` int64 and ``G``; a single graph when ``batch`` is None."""
+    if num_graphs is not None:  # a positive int, at most 2**31 - 1 as every count
+        check_positive_int(num_graphs, "num_graphs")
+    refuse_array_subclass(batch, "batch")  # to_numpy would drop a mask
     if batch is None:
         if num_graphs not in (None, 1):
             raise ValueError(

@@ -50,23 +50,29 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from refimpl.backend import asarray
+from refimpl.fields import (
+    check_bool,
+    check_choice,
+    check_nonnegative_number,
+    check_positive_int,
+    check_probability,
+)
 from refimpl.graph import Graph
 from refimpl.init import INITIALISERS
 from refimpl.nn.gat.conv import GATCache, GATConv
 from refimpl.nn.norms.pairnorm import PAIRNORM_MODES, PairNorm, PairNormCache
-from refimpl.ops.activations import get_activation
+from refimpl.nn.overflow import check_overflow
+from refimpl.ops.activations import ACTIVATIONS, get_activation
 from refimpl.ops.dropout import Dropout, DropoutCache
 from refimpl.ops.linear import Linear, LinearCache
 from refimpl.validation import (
     NonFiniteError,
     check_block_inputs,
     check_cotangent,
-    check_finite,
     check_graph_rows,
     check_keys,
-    check_nonnegative_number,
     check_params,
-    check_probability,
+    check_rng,
 )
 
 __all__ = ["GAT", "GATLayerCache", "GATModelCache"]
@@ -134,13 +140,15 @@ class GAT:
 
     def __post_init__(self) -> None:
         for name in ("in_channels", "hidden_channels", "out_channels", "num_layers"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"GAT {name} must be a positive int, got {value!r}")
+            check_positive_int(getattr(self, name), f"GAT {name}")  # at most 2**31 - 1
         for name in ("dropout", "attn_dropout"):
             check_probability(getattr(self, name), f"GAT {name}")
         check_nonnegative_number(self.negative_slope, "GAT negative_slope")  # NaN, inf fail
-        self._phi()  # ValueError listing the valid names, or on a bad slope
+        for name in ("share_weights", "bias", "residual", "add_self_loops", "concat"):
+            object.__setattr__(self, name, check_bool(getattr(self, name), f"GAT {name}"))
+        check_choice(self.activation, ACTIVATIONS, "GAT activation")
+        # checked whatever the activation: a slope that means nothing is no setting to keep
+        check_nonnegative_number(self.activation_slope, "GAT activation_slope")
         if self.pairnorm is not None and self.pairnorm not in PAIRNORM_MODES:
             raise ValueError(
                 f"GAT pairnorm must be None or a PairNorm mode "
@@ -184,6 +192,8 @@ class GAT:
             )
         if any(isinstance(h, bool) or not isinstance(h, numbers.Integral) or h < 1 for h in heads):
             raise ValueError(f"GAT heads must be positive ints, got {heads!r}")
+        for h in heads:
+            check_positive_int(h, "GAT heads")  # at most 2**31 - 1
         return tuple(int(h) for h in heads)
 
     @property
@@ -220,7 +230,7 @@ class GAT:
         Drawn on the host in float64 (so every backend and dtype gets the same
         numbers for one seed). Schemes: :data:`refimpl.init.INITIALISERS`.
         """
-        if init not in INITIALISERS:
+        if not isinstance(init, str) or init not in INITIALISERS:  # a list is unhashable
             raise ValueError(
                 f"unknown init {init!r}; valid schemes are {', '.join(sorted(INITIALISERS))}"
             )
@@ -246,6 +256,8 @@ class GAT:
         Returns ``(logits, cache)``; ``cache.noise`` holds the masks used.
         """
         self._check_inputs(params, x, graph)
+        check_bool(training, "GAT training")
+        check_rng(rng, "GAT rng")
         noise = self._check_noise(rng, noise) if training else {}
         phi = self._phi()
         h, layer_caches = x, []
@@ -284,7 +296,7 @@ class GAT:
         z, conv_cache = conv.forward_unchecked(
             layer_params, h_in, conv.prepare_graph(graph), training, rng, attn_mask
         )
-        check_finite(z, "its output")
+        check_overflow(z, "GATConv.forward: its output", z.dtype)
         # F3 linear skip from the same (dropped) input (N, n_l)
         residual_cache = None
         if self.residual:
@@ -317,6 +329,7 @@ class GAT:
         h_in = cache.layers[0].conv.x  # (N, n_0): x's rows, dtype and backend
         shape = (h_in.shape[0], self.out_channels)
         check_cotangent(d_logits, shape, h_in.dtype, h_in, name="d_logits")
+        check_bool(input_grad, "GAT input_grad")
         phi = self._phi()
         d_params: dict[str, Any] = {}
         d_h = d_logits

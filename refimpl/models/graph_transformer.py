@@ -48,6 +48,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from refimpl.backend import get_array_module, to_numpy
+from refimpl.fields import check_bool, check_positive_int
 from refimpl.graph import Graph
 from refimpl.kernels.segment import Segments
 from refimpl.models.attention_graph import (
@@ -71,11 +72,12 @@ from refimpl.ops.activations import ReLU, SignCache
 from refimpl.ops.linear import Linear, LinearCache
 from refimpl.ops.pooling import GlobalPool
 from refimpl.validation import (
+    NonFiniteError,
     check_block_inputs,
     check_cotangent,
     check_graph_rows,
     check_optional_input,
-    check_positive_int,
+    check_rng,
 )
 
 __all__ = ["GraphTransformer", "GraphTransformerCache"]
@@ -124,20 +126,20 @@ class GraphTransformer:
     def __post_init__(self) -> None:
         for name in ("in_channels", "out_channels", "hidden_channels", "num_layers"):
             check_positive_int(getattr(self, name), f"GraphTransformer {name}")
-        if self.edge_dim is not None and (
-            isinstance(self.edge_dim, bool)
-            or not isinstance(self.edge_dim, int)
-            or self.edge_dim < 1
-        ):
-            raise ValueError(
-                f"GraphTransformer edge_dim must be None or a positive int, got {self.edge_dim!r}"
-            )
+        if self.edge_dim is not None:  # None: no edge features
+            check_positive_int(self.edge_dim, "GraphTransformer edge_dim")
         if isinstance(self.pe_dim, bool) or not isinstance(self.pe_dim, int) or self.pe_dim < 0:
             raise ValueError(f"GraphTransformer pe_dim must be an int >= 0, got {self.pe_dim!r}")
+        if self.pe_dim:  # at most 2**31 - 1, as every size
+            check_positive_int(self.pe_dim, "GraphTransformer pe_dim")
         if self.pool not in POOLS:
             raise ValueError(f"GraphTransformer pool must be one of {POOLS}, got {self.pool!r}")
-        if not isinstance(self.global_node, bool):
-            raise ValueError("GraphTransformer global_node must be True or False")
+        for name in ("global_node", "layer_norm"):  # "False" would read as true
+            object.__setattr__(
+                self, name, check_bool(getattr(self, name), f"GraphTransformer {name}")
+            )
+        if self.ffn_channels is not None:  # 0 would mean the default, 2 D, silently
+            check_positive_int(self.ffn_channels, "GraphTransformer ffn_channels")
         d = self.hidden_channels
         layer = GraphTransformerLayer(  # raises on heads, dropouts, lipschitz_norm
             d,
@@ -229,6 +231,8 @@ class GraphTransformer:
         """
         check_block_inputs(params, self.param_shapes(), "GraphTransformer", x, self.in_channels)
         check_graph_rows(x, graph)
+        check_bool(training, "GraphTransformer training")
+        check_rng(rng, "GraphTransformer rng")
         n = x.shape[0]
         xp = get_array_module(x)
         batch_host, num_graphs = _check_batch(batch, num_graphs, n)
@@ -276,9 +280,12 @@ class GraphTransformer:
                 for key, value in noise.items()
                 if key.startswith(f"{prefix}.")
             }
-            h, layer_cache = blocks[prefix].forward(
-                sub(prefix), h, structure.graph, e, training, rng, layer_noise
-            )
+            try:
+                h, layer_cache = blocks[prefix].forward(
+                    sub(prefix), h, structure.graph, e, training, rng, layer_noise
+                )
+            except NonFiniteError as err:  # finite params and input: an overflow in the layer
+                raise NonFiniteError(f"in {prefix}: {err}") from err
             used.update({f"{prefix}.{key}": value for key, value in layer_cache.noise.items()})
             layers.append(layer_cache)
         unknown = sorted(set(noise) - set(used))
@@ -330,6 +337,7 @@ class GraphTransformer:
         xp = get_array_module(x)
         rows = x.shape[0] if self.pool is None else cache.batch.num_segments
         check_cotangent(d_out, (rows, self.out_channels), x.dtype, x, name="d_out")
+        check_bool(input_grad, "GraphTransformer input_grad")
         blocks, d_params = self.blocks, {}
 
         if self.pool is None:

@@ -55,6 +55,13 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from refimpl.backend import asarray, backend_name, get_array_module
+from refimpl.fields import (
+    check_bool,
+    check_nonnegative_int,
+    check_nonnegative_number,
+    check_positive_int,
+    check_probability,
+)
 from refimpl.graph import Graph
 from refimpl.nn.nodeformer.conv import NodeFormerCache, NodeFormerConv
 from refimpl.nn.nodeformer.edge_loss import (
@@ -74,13 +81,7 @@ from refimpl.nn.stacks import (
 from refimpl.ops.activations import ELU, ELUCache
 from refimpl.ops.dropout import Dropout, DropoutCache, recorded_dropout
 from refimpl.ops.linear import Linear, LinearCache
-from refimpl.validation import (
-    check_block_inputs,
-    check_cotangent,
-    check_nonnegative_number,
-    check_positive_int,
-    check_probability,
-)
+from refimpl.validation import NonFiniteError, check_block_inputs, check_cotangent, check_rng
 
 __all__ = ["NodeFormer", "NodeFormerLayerCache", "NodeFormerModelCache"]
 
@@ -148,8 +149,9 @@ class NodeFormer:
                 f"got {self.edge_loss_convention!r}"
             )
         for name in ("use_gumbel", "residual", "layer_norm", "activation"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"NodeFormer {name} must be True or False")
+            object.__setattr__(self, name, check_bool(getattr(self, name), f"NodeFormer {name}"))
+        # seeds default_rng([eval_seed, l]): a string or NaN would fail there in NumPy's words
+        check_nonnegative_int(self.eval_seed, "NodeFormer eval_seed")
         conv = NodeFormerConv(  # raises on bad heads, m, tau, K, bias options
             self.hidden_channels,
             self.hidden_channels,
@@ -228,6 +230,8 @@ class NodeFormer:
         ``rng`` (evaluation projections: from ``eval_seed`` when ``rng`` is None).
         """
         check_block_inputs(params, self.param_shapes(), "NodeFormer", x, self.in_channels)
+        check_bool(training, "NodeFormer training")
+        check_rng(rng, "NodeFormer rng")
         noise = dict(noise or {})
         unknown = sorted(set(noise) - set(self._noise_keys(training)))
         if unknown:
@@ -258,7 +262,10 @@ class NodeFormer:
             conv_params = self._sub(params, f"layer{i}")
             conv_noise = self._conv_noise(i, noise, training, rng, x)
             # F5 all-pair message passing with relational bias (N, D)
-            z, conv_cache = conv.forward(conv_params, h, graph, training, rng, conv_noise)
+            try:
+                z, conv_cache = conv.forward(conv_params, h, graph, training, rng, conv_noise)
+            except NonFiniteError as err:  # finite params and input: an overflow in the layer
+                raise NonFiniteError(f"in layer{i}: {err}") from err
             used.update({f"layer{i}.{key}": value for key, value in conv_cache.noise.items()})
             edge_cache = None
             if training and self.edge_loss_weight > 0:  # L_e^(l) of Eq. 10
@@ -342,6 +349,7 @@ class NodeFormer:
         none in evaluation): ``(d_x (N, in) or None, d_params keyed like params)``."""
         x = cache.input_linear.x
         check_cotangent(d_logits, (x.shape[0], self.out_channels), x.dtype, x, name="d_logits")
+        check_bool(input_grad, "NodeFormer input_grad")
         blocks, d_params = self.blocks, {}
         dropout = Dropout(self.dropout)
 

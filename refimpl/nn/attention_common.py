@@ -18,14 +18,9 @@ from typing import Any
 import numpy as np
 
 from refimpl.backend import get_array_module
+from refimpl.fields import check_positive_int
 from refimpl.ops.linear import affine_maps, affine_maps_backward
-from refimpl.validation import (
-    check_array,
-    check_input,
-    check_params,
-    check_positive_int,
-    check_same_dtype,
-)
+from refimpl.validation import check_array, check_input, check_params, check_same_dtype
 
 __all__ = [
     "check_alpha",
@@ -56,7 +51,7 @@ def softmax_rows_derivative(probabilities: Any, d: Any) -> Any:
 
 
 def positive_int(owner: str, name: str, value: Any) -> None:
-    """:func:`refimpl.validation.check_positive_int` for ``owner``'s field ``name``."""
+    """:func:`refimpl.fields.check_positive_int` for ``owner``'s field ``name``."""
     check_positive_int(value, f"{owner} {name}")
 
 

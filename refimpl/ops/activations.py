@@ -184,7 +184,7 @@ def get_activation(name: str, **kwargs: Any) -> ReLU | LeakyReLU | ELU | Identit
     ``get_activation("leaky_relu", negative_slope=0.2)``; an unknown name raises
     ``ValueError`` listing the valid ones.
     """
-    if name not in ACTIVATIONS:
+    if not isinstance(name, str) or name not in ACTIVATIONS:  # a list is unhashable
         raise ValueError(
             f"unknown activation {name!r}; valid names are {', '.join(sorted(ACTIVATIONS))}"
         )

@@ -13,7 +13,14 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from refimpl.backend import get_array_module, is_array, is_sparse, sparse_module
-from refimpl.validation import check_array, check_cotangent, check_input, check_sparse_input
+from refimpl.fields import check_bool
+from refimpl.validation import (
+    check_array,
+    check_cotangent,
+    check_input,
+    check_rng,
+    check_sparse_input,
+)
 
 __all__ = ["Dropout", "DropoutCache", "recorded_dropout"]
 
@@ -78,6 +85,8 @@ class Dropout:
         rng: Any = None,
         mask: Any = None,
     ) -> tuple[Any, DropoutCache]:
+        check_bool(training, "Dropout training")  # read by its truth value otherwise
+        check_rng(rng, "Dropout rng")
         scale = 1.0 / (1.0 - self.p)
         if is_sparse(x):
             return self._forward_sparse(x, training, rng, mask, scale)

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from refimpl.backend import asarray, get_array_module, is_sparse
+from refimpl.fields import check_bool, check_positive_int
 from refimpl.kernels.parallel import map_blocks, row_blocks, sum_in_order
 from refimpl.validation import check_block_inputs, check_cotangent
 
@@ -165,9 +166,8 @@ class Linear:
 
     def __post_init__(self) -> None:
         for name in ("in_features", "out_features"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"Linear {name} must be a positive int, got {value!r}")
+            check_positive_int(getattr(self, name), f"Linear {name}")  # at most 2**31 - 1
+        object.__setattr__(self, "bias", check_bool(self.bias, "Linear bias"))  # "False" is true
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Names and shapes of the parameters, in order."""

@@ -42,6 +42,7 @@ from refimpl.data.graph_batch import GraphBatch, collate
 from refimpl.data.graph_dataset import GraphDataset
 from refimpl.data.pointers import index_ranges
 from refimpl.data.positional import laplacian_pe, random_sign_flip
+from refimpl.fields import check_bool, check_nonnegative_int, check_nonnegative_number
 from refimpl.metrics import roc_auc
 from refimpl.ops.losses import BCEWithLogits, L1Loss, MSELoss
 from refimpl.optim import make_optimizer
@@ -79,18 +80,27 @@ class GraphTrainConfig:
     eval_batch_size: int = 512  # graphs per evaluation forward (memory only)
 
     def __post_init__(self) -> None:
+        """Each field checked here, in one line naming it, not when training meets it (after
+        the positional encodings are computed)."""
         for name in ("epochs", "batch_size", "eval_batch_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if self.checkpoint_every < 0:
-            raise ValueError(f"checkpoint_every must be >= 0, got {self.checkpoint_every}")
+                raise ValueError(f"GraphTrainConfig {name} must be a positive int, got {value!r}")
+        check_nonnegative_number(self.lr, "GraphTrainConfig lr", allow_zero=False)
+        check_nonnegative_number(self.weight_decay, "GraphTrainConfig weight_decay")
         if self.loss not in (None, *LOSSES):
-            raise ValueError(f"loss must be None or one of {sorted(LOSSES)}, got {self.loss!r}")
+            raise ValueError(
+                f"GraphTrainConfig loss must be None or one of {sorted(LOSSES)}, got {self.loss!r}"
+            )
+        check_nonnegative_int(self.seed, "GraphTrainConfig seed")  # default_rng([seed, k])
+        object.__setattr__(
+            self, "sign_flip", check_bool(self.sign_flip, "GraphTrainConfig sign_flip")
+        )
+        check_nonnegative_int(self.checkpoint_every, "GraphTrainConfig checkpoint_every")
         if self.dtype not in ("float32", "float64"):
-            raise ValueError(f"dtype must be 'float32' or 'float64', got {self.dtype!r}")
-        # lr and weight_decay checked here, not after the positional encodings are computed
-        make_optimizer("adam", lr=self.lr, weight_decay=self.weight_decay)
+            raise ValueError(
+                f"GraphTrainConfig dtype must be 'float32' or 'float64', got {self.dtype!r}"
+            )
 
 
 @dataclass

@@ -24,9 +24,10 @@ interrupted, and it is only computed once a loss passes ``LOSS_GROWTH *
 LOSS_FLOOR``.
 
 Costs per step: one reduction per gradient, parameter and optimiser-state array
-(:func:`refimpl.validation.all_finite`), plus one comparison of a parameter
-with its previous value (stopping at the first that changed, which in a
-healthy run is the first).
+(:func:`refimpl.validation.all_finite`; the optimiser's ``step`` makes the last two and
+raises :class:`refimpl.optim.NonFiniteUpdate`, translated here), plus one comparison of a
+parameter with its previous value (stopping at the first that changed, which in a healthy
+run is the first).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 from refimpl.backend import get_array_module
+from refimpl.optim import NonFiniteUpdate
 from refimpl.validation import NonFiniteError, all_finite
 
 __all__ = [
@@ -136,25 +138,25 @@ def checked_step(
     optimizer: Any, params: dict[str, Any], grads: dict[str, Any], state: Any, epoch: int
 ) -> tuple[dict[str, Any], Any]:
     """``optimizer.step``, then ``TrainingDiverged`` if the update made a parameter or an
-    entry of the optimiser's state non-finite, or changed no parameter at all although some
-    gradient is non-zero (the optimiser froze: overflowed state, or a learning rate so
+    entry of the optimiser's state non-finite (the optimiser's :class:`NonFiniteUpdate`, the
+    first parameter, else the first state entry), or changed no parameter at all although
+    some gradient is non-zero (the optimiser froze: overflowed state, or a learning rate so
     small for the dtype that every update rounds away). A zero update where every gradient
     is zero is a fixed point, not a fault."""
-    new_params, new_state = optimizer.step(params, grads, state)
-    bad = first_non_finite(new_params)
-    if bad is not None:
+    try:
+        new_params, new_state = optimizer.step(params, grads, state)
+    except NonFiniteUpdate as err:
+        bad = err.key
+        if err.in_state:
+            owner = bad.split(".", 1)[-1]  # "v.layer0.W" -> "layer0.W"
+            raise TrainingDiverged(
+                f"epoch {epoch}: the update made the optimiser state of {layer_of(owner)} "
+                f"non-finite ({bad}); lower the learning rate"
+            ) from err
         raise TrainingDiverged(
             f"epoch {epoch}: the update made {layer_of(bad)} non-finite ({bad}); "
             "lower the learning rate"
-        )
-    moments = {k: v for k, v in new_state.items() if v.dtype.kind == "f"}  # not "step"
-    bad = first_non_finite(moments)
-    if bad is not None:
-        owner = bad.split(".", 1)[-1]  # "v.layer0.W" -> "layer0.W"
-        raise TrainingDiverged(
-            f"epoch {epoch}: the update made the optimiser state of {layer_of(owner)} "
-            f"non-finite ({bad}); lower the learning rate"
-        )
+        ) from err
     if all(_unchanged(new_params[name], params[name]) for name in params):
         moving = next((name for name, g in grads.items() if _largest_magnitude(g) > 0), None)
         if moving is not None:

@@ -52,10 +52,18 @@ from refimpl.diagnostics import (
     grad_norms,
     relative_grad_norms,
 )
+from refimpl.fields import (
+    check_bool,
+    check_choice,
+    check_nonnegative_int,
+    check_nonnegative_number,
+    check_positive_int,
+)
 from refimpl.files import read_npz
+from refimpl.init import INITIALISERS
 from refimpl.metrics import accuracy, roc_auc
 from refimpl.ops.losses import BCEWithLogits, SoftmaxCrossEntropy
-from refimpl.optim import make_optimizer
+from refimpl.optim import OPTIMIZERS, make_optimizer
 from refimpl.train.checkpoint import atomic_savez, save_checkpoint
 from refimpl.train.guards import (
     TrainingDiverged,
@@ -90,16 +98,31 @@ class TrainConfig:
     batch_size: int | None = None  # None: full batch; else random node partitions per epoch
 
     def __post_init__(self) -> None:
-        if self.epochs < 1:
-            raise ValueError(f"epochs must be >= 1, got {self.epochs}")
-        if self.checkpoint_every < 0:
-            raise ValueError(f"checkpoint_every must be >= 0, got {self.checkpoint_every}")
+        """Each field checked here, in one line naming it, not when training meets it."""
+        check_positive_int(self.epochs, "TrainConfig epochs")
+        if not (isinstance(self.optimizer, str) and self.optimizer.lower() in OPTIMIZERS):
+            raise ValueError(
+                f"TrainConfig optimizer must be one of {', '.join(map(repr, OPTIMIZERS))}, "
+                f"got {self.optimizer!r}"
+            )
+        check_nonnegative_number(self.lr, "TrainConfig lr", allow_zero=False)
+        check_nonnegative_number(self.weight_decay, "TrainConfig weight_decay")
+        if self.loss_threshold is not None:  # a loss is >= 0: below a negative one never
+            check_nonnegative_number(self.loss_threshold, "TrainConfig loss_threshold")
+        check_nonnegative_int(self.checkpoint_every, "TrainConfig checkpoint_every")
+        check_nonnegative_int(self.seed, "TrainConfig seed")  # default_rng([seed, k])
+        check_choice(self.init, INITIALISERS, "TrainConfig init")
+        object.__setattr__(
+            self, "diagnostics", check_bool(self.diagnostics, "TrainConfig diagnostics")
+        )
         if self.batch_size is not None and (
             isinstance(self.batch_size, bool)
             or not isinstance(self.batch_size, int)
             or self.batch_size < 1
         ):
-            raise ValueError(f"batch_size must be None or a positive int, got {self.batch_size!r}")
+            raise ValueError(
+                f"TrainConfig batch_size must be None or a positive int, got {self.batch_size!r}"
+            )
 
 
 @dataclass

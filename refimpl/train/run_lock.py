@@ -74,16 +74,22 @@ def _holder(command: str) -> bytes:
     return (json.dumps({**record, "since": since}) + "\n").encode()
 
 
-def _describe_holder(path: Path) -> str:
-    """The holder as its lock file names it, or what is known when it says nothing yet."""
-    try:
-        record = json.loads(path.read_text())
-        return (
-            f"PID {int(record['pid'])} ({record['command']} on {record['host']}, since "
-            f"{record['since']})"
-        )
-    except (OSError, ValueError, TypeError, KeyError):  # taken an instant ago, or damaged
-        return "another process (which has not written its PID yet)"
+def _describe_holder(path: Path, tries: int = 25) -> str:
+    """The holder as its lock file names it, or what is known when it says nothing yet.
+
+    A holder writes its record just after it locks: a refusal in between reads an empty
+    file, so an unreadable record is read again for up to ``tries`` x 20 ms."""
+    for attempt in range(tries):
+        try:
+            record = json.loads(path.read_text())
+            return (
+                f"PID {int(record['pid'])} ({record['command']} on {record['host']}, since "
+                f"{record['since']})"
+            )
+        except (OSError, ValueError, TypeError, KeyError):  # taken an instant ago, or damaged
+            if attempt + 1 < tries:
+                time.sleep(0.02)
+    return "another process (which has not written its PID yet)"
 
 
 def lock_run_folder(folder: str | os.PathLike, command: str) -> Path:

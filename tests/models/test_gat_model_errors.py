@@ -28,7 +28,7 @@ def _setup(**config: object) -> tuple[GAT, dict, np.ndarray, Graph]:
         ({"heads": 0}, "heads must be positive ints"),
         ({"heads": [1, 0]}, "heads must be positive ints"),
         ({"heads": [1, True]}, "heads must be positive ints"),
-        ({"activation": "tanh"}, "unknown activation 'tanh'; valid names are elu, identity"),
+        ({"activation": "tanh"}, "GAT activation must be one of 'elu', 'identity', 'leaky_relu', "),
         ({"dropout": 1.0}, r"dropout must be a probability in \[0, 1\)"),
         ({"attn_dropout": -0.1}, r"attn_dropout must be a probability in \[0, 1\)"),
         ({"version": "v3"}, "version must be 'v1' or 'v2'"),

@@ -16,6 +16,7 @@ from refimpl.backend import asarray, to_numpy
 from refimpl.models import GraphTransformer
 from refimpl.testing import check_gradients, max_relative_error, relative_errors
 from refimpl.testing.tolerances import FORWARD_RTOL, GRADCHECK_RTOL
+from refimpl.validation import NonFiniteError
 from tests.backends import DEVICE_BACKENDS
 from tests.nn.norms.test_norms import smooth_at_step
 from tests.strategies import graphs, seeds
@@ -301,3 +302,17 @@ def test_graphs_without_nodes_pool_to_zero() -> None:
     np.testing.assert_allclose(out[2:], np.stack([expected, expected]), rtol=1e-14)
     alone, _ = model.forward(params, x, graph, batch=np.array([0, 0, 1]))
     np.testing.assert_array_equal(out[:2], alone)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # NumPy's own word on the overflow
+def test_an_overflowed_layer_norm_is_refused_naming_the_layer_not_returned_as_zero() -> None:
+    # Regression (issue 33, item 7): float32 parameters grown by a huge step (here layer1's
+    # FFN times 1e30) made LayerNorm's variance infinite, so it output its bias and the model
+    # returned 0: finite and wrong, so training's divergence guard let the evaluation pass.
+    # Earlier tests held the model to finite differences on well-scaled values only.
+    model = GraphTransformer(3, 1, hidden_channels=4, num_layers=2, heads=2)
+    params = model.init_params(np.random.default_rng(0), dtype=np.float32)
+    params["layer1.ffn1.W"] = params["layer1.ffn1.W"] * np.float32(1e30)
+    x = np.random.default_rng(1).standard_normal((4, 3)).astype(np.float32)
+    with pytest.raises(NonFiniteError, match=r"^in layer1: LayerNorm\.forward: the variance"):
+        model.forward(params, x, Graph([[0, 1, 2], [1, 2, 3]], 4))

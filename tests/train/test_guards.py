@@ -8,8 +8,10 @@ import math
 import numpy as np
 import pytest
 
+from refimpl import optim
 from refimpl.ops.losses import L1Loss, SoftmaxCrossEntropy
-from refimpl.optim import SGD, Adam
+from refimpl.optim import SGD, Adam, NonFiniteUpdate
+from refimpl.train import guards
 from refimpl.train.guards import (
     LOSS_GROWTH,
     TrainingDiverged,
@@ -18,7 +20,7 @@ from refimpl.train.guards import (
     checked_step,
     loss_of_zero_output,
 )
-from refimpl.validation import NonFiniteError
+from refimpl.validation import NonFiniteError, all_finite
 
 
 def params_and_grads(dtype: type, gradient: float) -> tuple[dict, dict]:
@@ -40,6 +42,41 @@ def test_adam_second_moment_overflow_names_the_state_entry() -> None:
         r"\(v\.layer0\.W\); lower the learning rate$",
     ):
         checked_step(opt, params, grads, opt.init(params), epoch=4)
+
+
+def test_an_overflowing_update_is_divergence_naming_the_parameter() -> None:
+    # The optimiser now checks its own result (refimpl.optim.NonFiniteUpdate) and the guard
+    # no longer looks at the new parameters itself: its message must stay the one it gave.
+    params, grads = params_and_grads(np.float64, 1.0)
+    opt = Adam(lr=1e308)
+    with pytest.raises(
+        TrainingDiverged,
+        match=r"^epoch 1: the update made layer0 non-finite \(layer0\.W\); lower the learning "
+        r"rate$",
+    ) as error:
+        checked_step(opt, params, grads, opt.init(params), epoch=1)
+    assert isinstance(error.value.__cause__, NonFiniteUpdate)
+
+
+@pytest.mark.parametrize("opt", [SGD(lr=0.1), Adam(lr=0.1)])
+def test_each_array_is_checked_once_per_step_not_again_by_the_guard(
+    opt: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One reduction per new parameter and state array, as when the guard made them: moving
+    # the check into the optimiser must not add a second pass over the parameters.
+    calls = []
+
+    def counted(value: object) -> bool:
+        calls.append(value)
+        return all_finite(value)
+
+    monkeypatch.setattr(optim, "all_finite", counted)
+    monkeypatch.setattr(guards, "all_finite", counted)
+    params, grads = params_and_grads(np.float64, 1.0)
+    state = opt.init(params)
+    checked_step(opt, params, grads, state, epoch=0)
+    moments = sum(value.dtype.kind == "f" for value in state.values())  # Adam's m and v
+    assert len(calls) == len(params) + moments
 
 
 def test_an_update_that_rounds_away_everywhere_is_a_frozen_optimiser() -> None:

@@ -1,38 +1,40 @@
 """``GATConv``'s checks: one clear ``ValueError`` per field or combination a layer cannot be
-built with (the PyG options it combines with included), its inputs at the public boundary, and
-its gradients for an overflow of the dtype."""
+built with (the PyG options it combines with included), and its inputs at the public
+boundary (an overflow in its output or gradients: :mod:`refimpl.nn.overflow`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
+from refimpl.fields import check_bool, check_nonnegative_number, check_probability
 from refimpl.graph import Graph
+from refimpl.kernels.limits import check_count
 from refimpl.nn.lipschitz.neighbourhood_norm import LIPSCHITZ_NORM_MODES
 from refimpl.ops.loop_fill import check_fill_value
 from refimpl.validation import (
-    NonFiniteError,
-    all_finite,
     check_bipartite_inputs,
     check_block_inputs,
     check_graph_rows,
-    check_nonnegative_number,
     check_optional_input,
-    check_probability,
 )
 
-__all__ = ["backward_checked", "check_config", "check_inputs"]
+__all__ = ["check_config", "check_inputs"]
+
+# GATConv's True/False fields
+_FLAGS = ("concat", "share_weights", "add_self_loops", "bias", "residual", "projection_bias")
 
 
 def check_config(conv: Any) -> Any:
     """Raise on a configuration ``conv`` (a ``GATConv``) cannot have; returns its
-    ``fill_value`` as stored (:func:`refimpl.ops.loop_fill.check_fill_value`)."""
+    ``fill_value`` as stored (:func:`refimpl.ops.loop_fill.check_fill_value`). Flags are
+    stored as Python bools."""
+    for name in _FLAGS:  # first: "False" would pass every check below as true
+        object.__setattr__(conv, name, check_bool(getattr(conv, name), f"GATConv {name}"))
     for name in ("out_channels", "heads"):
         value = getattr(conv, name)
         if not _positive_int(value):
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+            raise ValueError(f"GATConv {name} must be a positive int, got {value!r}")
+        check_count(value, f"GATConv {name}")  # at most 2**31 - 1
     sizes = conv.in_channels
     if isinstance(sizes, list):  # a JSON config's pair
         sizes = tuple(sizes)
@@ -40,9 +42,11 @@ def check_config(conv: Any) -> Any:
     pair = isinstance(sizes, tuple) and len(sizes) == 2 and all(map(_positive_int, sizes))
     if not (_positive_int(sizes) or pair):
         raise ValueError(
-            f"in_channels must be a positive int, or a pair (F_src, F_dst) of them for a "
+            f"GATConv in_channels must be a positive int, or a pair (F_src, F_dst) of them for a "
             f"bipartite layer, got {sizes!r}"
         )
+    for size in sizes if pair else (sizes,):
+        check_count(size, "GATConv in_channels")
     if pair and conv.version == "v2" and conv.share_weights and sizes[0] != sizes[1]:
         raise ValueError(
             f"share_weights needs one width on both sides, got in_channels={sizes}; use "
@@ -54,7 +58,9 @@ def check_config(conv: Any) -> Any:
     if edge_dim is not None and (
         isinstance(edge_dim, bool) or not isinstance(edge_dim, int) or edge_dim < 1
     ):
-        raise ValueError(f"edge_dim must be None or a positive int, got {edge_dim!r}")
+        raise ValueError(f"GATConv edge_dim must be None or a positive int, got {edge_dim!r}")
+    if edge_dim is not None:
+        check_count(edge_dim, "GATConv edge_dim")
     fill_value = check_fill_value(conv.fill_value, edge_dim)
     if conv.projection_bias and conv.version != "v2":
         raise ValueError(
@@ -67,12 +73,13 @@ def check_config(conv: Any) -> Any:
             "Sec. 5); use edge_dim=None or lipschitz_norm=None"
         )
     if conv.version not in ("v1", "v2"):
-        raise ValueError(f"version must be 'v1' or 'v2', got {conv.version!r}")
+        raise ValueError(f"GATConv version must be 'v1' or 'v2', got {conv.version!r}")
     check_probability(conv.dropout, "GATConv dropout")  # NaN, a string or a bool fail too
     check_nonnegative_number(conv.negative_slope, "GATConv negative_slope")  # NaN, inf fail
     if conv.lipschitz_norm not in (None, *LIPSCHITZ_NORM_MODES):
         raise ValueError(
-            f"lipschitz_norm must be None, 'paper' or 'reference-code', got {conv.lipschitz_norm!r}"
+            f"GATConv lipschitz_norm must be None, 'paper' or 'reference-code', "
+            f"got {conv.lipschitz_norm!r}"
         )
     if conv.lipschitz_norm == "reference-code" and conv.version != "v1":
         raise ValueError(
@@ -111,32 +118,6 @@ def check_inputs(
         edge_attr, "edge_attr", "edge_dim", conv.edge_dim, graph.num_edges, x_src, "GATConv"
     )
     return conv.prepare_graph(graph)
-
-
-def backward_checked(backward: Callable[[], tuple], dtype: Any) -> tuple[Any, dict[str, Any]]:
-    """``backward()`` (``GATConv``'s steps on finite inputs and cotangent), its gradients
-    checked: a non-finite one overflowed ``dtype``, said in one line (:class:`NonFiniteError`),
-    also where an inner block refused an overflowed cotangent first."""
-    fix = "run in float64 (cast x and the parameters)" if dtype != np.float64 else "rescale x"
-    error = NonFiniteError(
-        f"GATConv.backward: a gradient overflowed {dtype} though the inputs and d_out were "
-        f"finite; {fix}"
-    )
-    with np.errstate(over="ignore", invalid="ignore"):  # reported here, in one line
-        try:
-            d_inputs, d_params = backward()
-        except NonFiniteError:
-            raise error from None
-    if not all(map(all_finite, [*_leaves(d_inputs), *d_params.values()])):
-        raise error
-    return d_inputs, d_params
-
-
-def _leaves(value: Any) -> list[Any]:
-    """The arrays of ``d_x``, ``(d_x_src, d_x_dst)`` or ``(either, d_edge_attr)``; no None."""
-    if isinstance(value, tuple):
-        return [leaf for item in value for leaf in _leaves(item)]
-    return [] if value is None else [value]
 
 
 def _positive_int(value: Any) -> bool:

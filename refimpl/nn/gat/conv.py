@@ -66,11 +66,13 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from refimpl.backend import asarray, get_array_module
+from refimpl.fields import check_bool
 from refimpl.graph import Graph, with_configured_self_loops
 from refimpl.kernels.segment import segment_softmax, segment_softmax_backward
 from refimpl.nn.gat import v1, v2
-from refimpl.nn.gat.config import backward_checked, check_config, check_inputs
+from refimpl.nn.gat.config import check_config, check_inputs
 from refimpl.nn.gat.transform import input_sides, transform, transform_backward
+from refimpl.nn.overflow import backward_checked, check_overflow
 from refimpl.ops.dropout import Dropout
 from refimpl.ops.linear import weight_gradient
 from refimpl.ops.loop_fill import (
@@ -79,7 +81,7 @@ from refimpl.ops.loop_fill import (
     fill_self_loops_backward,
 )
 from refimpl.ops.propagate import propagate, propagate_backward
-from refimpl.validation import check_cotangent, check_finite
+from refimpl.validation import check_cotangent, check_rng
 
 __all__ = ["GATCache", "GATConv"]
 
@@ -227,6 +229,8 @@ class GATConv:
         out : (N_dst, H*C) if ``concat`` else (N_dst, C)
         cache : GATCache
         """
+        check_bool(training, "GATConv training")
+        check_rng(rng, "GATConv rng")
         flat = self.edge_dim == 1 and getattr(edge_attr, "ndim", None) == 1
         if flat:
             edge_attr = edge_attr[:, None]  # PyG's view(-1, 1)
@@ -237,7 +241,7 @@ class GATConv:
         out, cache = self.forward_unchecked(
             params, x, attended, training, rng, attn_dropout_mask, edge_attr
         )
-        check_finite(out, "GATConv's output")  # finite inputs, so an overflow inside
+        check_overflow(out, "GATConv.forward: its output", out.dtype)  # finite inputs
         return out, cache._replace(loop_fill=loop_fill, flat_edge_attr=flat)
 
     def forward_unchecked(
@@ -313,7 +317,10 @@ class GATConv:
         x, num_nodes = cache.x, (cache.x if cache.x_dst is None else cache.x_dst).shape[0]
         width = self.heads * self.out_channels if self.concat else self.out_channels
         check_cotangent(d_out, (num_nodes, width), x.dtype, x, name="d_out")
-        return backward_checked(lambda: self._backward(params, cache, d_out, input_grad), x.dtype)
+        check_bool(input_grad, "GATConv input_grad")
+        return backward_checked(
+            lambda: self._backward(params, cache, d_out, input_grad), "GATConv", x.dtype
+        )
 
     def _backward(
         self, params: dict[str, Any], cache: GATCache, d_out: Any, input_grad: bool

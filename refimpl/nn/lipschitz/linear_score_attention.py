@@ -40,6 +40,7 @@ from refimpl.nn.lipschitz.score_norms import (
     lipschitz_norm_backward,
     lipschitz_norm_jvp,
 )
+from refimpl.nn.overflow import backward_checked, check_overflow
 from refimpl.validation import check_cotangent
 
 __all__ = ["Attention", "AttentionCache"]
@@ -97,7 +98,9 @@ class Attention:
     def forward(self, params: dict[str, Any], x: Any) -> tuple[Any, AttentionCache]:
         """``Att(X) = X softmax(g(X))^T``: x (d, n) -> out (d, m), and the cache."""
         check_with_params(params, self.param_shapes(), "Attention", x, self.dim)
-        return self.forward_unchecked(params, x)
+        out, cache = self.forward_unchecked(params, x)
+        check_overflow(out, "Attention.forward: its output", x.dtype)
+        return out, cache
 
     def forward_unchecked(self, params: dict[str, Any], x: Any) -> tuple[Any, AttentionCache]:
         q = params["Q"]
@@ -125,7 +128,9 @@ class Attention:
         """Gradients of ``<d_out, out>``: ``(d_x (d, n), {"Q": (d, m)})``."""
         x = cache.x
         check_cotangent(d_out, (self.dim, self.num_outputs), x.dtype, x, name="d_out")
-        return self.backward_unchecked(params, cache, d_out)
+        return backward_checked(
+            lambda: self.backward_unchecked(params, cache, d_out), "Attention", x.dtype
+        )
 
     def backward_unchecked(
         self, params: dict[str, Any], cache: AttentionCache, d_out: Any

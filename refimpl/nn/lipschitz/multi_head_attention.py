@@ -62,6 +62,7 @@ from refimpl.nn.lipschitz.transformer_score_attention import (
     TransformerAttention,
     TransformerAttentionCache,
 )
+from refimpl.nn.overflow import backward_checked, check_overflow
 from refimpl.validation import check_cotangent
 
 __all__ = [
@@ -174,6 +175,7 @@ class MultiHeadAttention:
         concatenated = xp.concatenate(outputs, axis=0)
         # F4 out = W_O concat: (d_O, h*d) @ (h*d, m) -> (d_O, m)
         out = params["W_out"] @ concatenated
+        check_overflow(out, "MultiHeadAttention.forward: its output", x.dtype)
         return out, MultiHeadAttentionCache(x, head_inputs, concatenated, tuple(caches))
 
     def backward(
@@ -183,6 +185,15 @@ class MultiHeadAttention:
         x = cache.x
         expected = (self.out_dim, cache.concatenated.shape[1])
         check_cotangent(d_out, expected, x.dtype, x, name="d_out")
+        return backward_checked(
+            lambda: self._backward(params, cache, d_out), "MultiHeadAttention", x.dtype
+        )
+
+    def _backward(
+        self, params: dict[str, Any], cache: MultiHeadAttentionCache, d_out: Any
+    ) -> tuple[Any, dict[str, Any]]:
+        """B4-B1 of :meth:`backward` on a checked cotangent."""
+        x = cache.x
         xp = get_array_module(d_out)
         head, d = self.head, self.head_dim
         d_params: dict[str, Any] = {}

@@ -109,6 +109,7 @@ from typing import Any, NamedTuple
 from refimpl.backend import get_array_module
 from refimpl.kernels.segment import Segments, gather, segment_max, segment_max_backward, segment_sum
 from refimpl.nn.lipschitz.score_norms import largest_pair_product, largest_pair_product_backward
+from refimpl.nn.overflow import check_overflow
 
 __all__ = [
     "LIPSCHITZ_NORM_MODES",
@@ -189,6 +190,8 @@ def neighbour_lipschitz_norm(
         radius = gather(neighbour_max, dst)
     # F3 denominator (E, H); 1 where it vanishes (the raw score is 0 there)
     denominator = factor * att_norm * radius + eps
+    # the norms square their inputs: an infinite D from finite ones would zero the scores
+    check_overflow(denominator, "LipschitzNorm: the score denominator", raw.dtype)
     nonzero = denominator > 0
     denominator = xp.where(nonzero, denominator, 1.0).astype(raw.dtype, copy=False)
     # F4
@@ -284,6 +287,7 @@ def transformer_lipschitz_scores(
     w, value_argmax = segment_max(value_norms, dst)
     # F2 D = max{ua, uw, aw} (N, H), the first maximiser; 1 where it vanishes
     denominator, branch = largest_pair_product(u, a, w)
+    check_overflow(denominator, "LipschitzNorm: the score denominator", raw.dtype)  # as above
     nonzero = denominator > 0
     denominator = xp.where(nonzero, denominator, 1).astype(raw.dtype, copy=False)
     # F3 the quotient, clipped against rounding (module docstring) (E, H)

@@ -57,6 +57,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from refimpl.backend import get_array_module
+from refimpl.nn.overflow import check_overflow
 from refimpl.validation import check_array
 
 __all__ = [
@@ -164,6 +165,8 @@ def _spectral(q: Any) -> tuple[Any, Any, Any]:
 # -- g = g~ / c, shared by all three ------------------------------------------------------------
 def _ratio(raw: Any, denominator: Any) -> Any:
     xp = get_array_module(raw)
+    # the norms square their inputs: an infinite c from finite ones would zero every score
+    check_overflow(denominator, "LipschitzNorm: the score denominator", raw.dtype)
     if not bool(denominator > 0):
         return xp.zeros_like(raw)  # the zero-denominator convention
     return xp.clip(raw / denominator, -1.0, 1.0)  # clip: rounding only (module docstring)

@@ -34,6 +34,7 @@ from refimpl.nn.lipschitz.score_norms import (
     transformer_norm_backward,
     transformer_norm_jvp,
 )
+from refimpl.nn.overflow import backward_checked, check_overflow
 from refimpl.validation import check_cotangent
 
 __all__ = ["TransformerAttention", "TransformerAttentionCache"]
@@ -83,7 +84,9 @@ class TransformerAttention:
     def forward(self, params: dict[str, Any], x: Any) -> tuple[Any, TransformerAttentionCache]:
         """``V softmax(g)^T``: x (3d, n) -> out (d, n), and the cache."""
         check_with_params(params, {}, "TransformerAttention", x, 3 * self.dim)
-        return self.forward_unchecked(params, x)
+        out, cache = self.forward_unchecked(params, x)
+        check_overflow(out, "TransformerAttention.forward: its output", x.dtype)
+        return out, cache
 
     def forward_unchecked(
         self, params: dict[str, Any], x: Any
@@ -111,7 +114,9 @@ class TransformerAttention:
         """Gradients of ``<d_out, out>``: ``(d_x (3d, n), {})``."""
         x = cache.x
         check_cotangent(d_out, (self.dim, x.shape[1]), x.dtype, x, name="d_out")
-        return self.backward_unchecked(params, cache, d_out)
+        return backward_checked(
+            lambda: self.backward_unchecked(params, cache, d_out), "TransformerAttention", x.dtype
+        )
 
     def backward_unchecked(
         self, params: dict[str, Any], cache: TransformerAttentionCache, d_out: Any

@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from refimpl.backend import get_array_module
+from refimpl.fields import check_nonnegative_number
 from refimpl.nn.nodeformer.random_features import check_features_input
 from refimpl.validation import (
     NonFiniteError,
     check_cotangent,
     check_input,
     check_like,
-    check_nonnegative_number,
     check_params,
 )
 

@@ -73,6 +73,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from refimpl.backend import asarray, backend_name, get_array_module
+from refimpl.fields import check_bool, check_nonnegative_number, check_positive_int
 from refimpl.graph import Graph, with_configured_self_loops
 from refimpl.nn.attention_common import project, project_backward
 from refimpl.nn.nodeformer.kernel_attention import KernelizedSoftmax
@@ -82,14 +83,14 @@ from refimpl.nn.nodeformer.random_features import (
     draw_projection,
 )
 from refimpl.nn.nodeformer.relational_bias import RelationalBias
+from refimpl.nn.overflow import backward_checked, check_overflow
 from refimpl.validation import (
     check_block_inputs,
     check_cotangent,
     check_graph_rows,
     check_input,
     check_like,
-    check_nonnegative_number,
-    check_positive_int,
+    check_rng,
 )
 
 __all__ = ["NodeFormerCache", "NodeFormerConv"]
@@ -150,8 +151,8 @@ class NodeFormerConv:
                     f"NodeFormerConv {name} must be one of {allowed}, got {getattr(self, name)!r}"
                 )
         for name in ("use_gumbel", "bias", "add_self_loops"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"NodeFormerConv {name} must be True or False")
+            flag = check_bool(getattr(self, name), f"NodeFormerConv {name}")
+            object.__setattr__(self, name, flag)
 
     # -- parameters ------------------------------------------------------------------------
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
@@ -209,9 +210,12 @@ class NodeFormerConv:
 
         ``rng`` draws what ``noise`` does not give (``"projection"`` ``(m, C)``, always
         needed; ``"gumbel"`` ``(N, H, K)`` in training with ``use_gumbel``), in the order
-        of the module docstring. ``cache.noise`` holds the draws used.
+        of the module docstring. ``cache.noise`` holds the draws used. Raises
+        :class:`~refimpl.validation.NonFiniteError` where the output overflows the dtype.
         """
         check_block_inputs(params, self.param_shapes(), "NodeFormerConv", x, self.in_channels)
+        check_bool(training, "NodeFormerConv training")
+        check_rng(rng, "NodeFormerConv rng")
         graph = self.prepare_graph(graph)
         check_graph_rows(x, graph)
         xp = get_array_module(x)
@@ -244,6 +248,7 @@ class NodeFormerConv:
         concat = z.reshape(n, heads * c)
         out = project(params, "o", concat, self.bias)[0]
         cache = NodeFormerCache(x, graph, q, k, v, tuple(attention), operators, concat, used)
+        check_overflow(out, "NodeFormerConv.forward: its output", x.dtype)
         return out, cache
 
     # -- backward --------------------------------------------------------------------------
@@ -253,10 +258,21 @@ class NodeFormerConv:
         """Gradients of ``<d_out, out>``: ``(d_x (N, in) or None, d_params keyed like params)``.
 
         The noise is held fixed (it gets no gradient). ``input_grad=False`` skips ``d_x``.
+        Raises :class:`~refimpl.validation.NonFiniteError` where a gradient overflows the dtype.
         """
         x = cache.x
+        check_cotangent(d_out, (x.shape[0], self.out_channels), x.dtype, x, name="d_out")
+        check_bool(input_grad, "NodeFormerConv input_grad")
+        return backward_checked(
+            lambda: self._backward(params, cache, d_out, input_grad), "NodeFormerConv", x.dtype
+        )
+
+    def _backward(
+        self, params: dict[str, Any], cache: NodeFormerCache, d_out: Any, input_grad: bool
+    ) -> tuple[Any, dict[str, Any]]:
+        """B6-B1 of :meth:`backward` on a checked cotangent."""
+        x = cache.x
         n, heads, c = x.shape[0], self.heads, self.out_channels
-        check_cotangent(d_out, (n, c), x.dtype, x, name="d_out")
         xp = get_array_module(d_out, x)
         d_params: dict[str, Any] = {}
 

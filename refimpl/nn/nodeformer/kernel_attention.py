@@ -89,15 +89,12 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from refimpl.backend import get_array_module
+from refimpl.fields import check_nonnegative_number
 from refimpl.kernels.parallel import map_blocks, row_blocks, sum_in_order
 from refimpl.nn.nodeformer.all_pair_softmax import check_attention_inputs
 from refimpl.nn.nodeformer.random_features import feature_exponent, feature_exponent_backward
 from refimpl.ops.linear import with_ones
-from refimpl.validation import (
-    NonFiniteError,
-    check_cotangent,
-    check_nonnegative_number,
-)
+from refimpl.validation import NonFiniteError, check_cotangent
 
 __all__ = ["KernelizedSoftmax", "KernelizedSoftmaxCache"]
 

@@ -65,6 +65,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from refimpl.backend import get_array_module
+from refimpl.fields import check_bool, check_positive_int
 from refimpl.validation import check_cotangent, check_input, check_like, check_params
 
 __all__ = [
@@ -117,8 +118,7 @@ def draw_projection(rng: np.random.Generator, m: int, d: int, kind: str = "iid")
             "use numpy.random.default_rng(seed)"
         )
     for name, value in (("m", m), ("d", d)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"draw_projection {name} must be a positive int, got {value!r}")
+        check_positive_int(value, f"draw_projection {name}")  # bounded: 2**62 is no array
     if kind == "iid":
         return rng.standard_normal((m, d))
     if kind != "orthogonal":
@@ -210,8 +210,8 @@ class PositiveRandomFeatures:
                 f"PositiveRandomFeatures stabilizer must be one of {STABILIZERS}, "
                 f"got {self.stabilizer!r}"
             )
-        if not isinstance(self.hold_shift, bool):
-            raise ValueError(f"hold_shift must be True or False, got {self.hold_shift!r}")
+        hold_shift = check_bool(self.hold_shift, "PositiveRandomFeatures hold_shift")
+        object.__setattr__(self, "hold_shift", hold_shift)
 
     def forward(
         self, params: dict[str, Any], x: Any, omega: Any

@@ -62,13 +62,15 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from refimpl.backend import asarray
-from refimpl.ops.eps_root import eps_root, eps_root_backward
-from refimpl.validation import (
-    check_block_inputs,
-    check_cotangent,
+from refimpl.fields import (
+    check_bool,
     check_nonnegative_number,
     check_optional_bool,
+    check_positive_int,
 )
+from refimpl.nn.overflow import backward_checked, check_overflow
+from refimpl.ops.eps_root import eps_root, eps_root_backward
+from refimpl.validation import check_block_inputs, check_cotangent
 
 __all__ = ["LAYERNORM_MODES", "LayerNorm", "LayerNormCache"]
 
@@ -100,17 +102,13 @@ class LayerNorm:
     eps_inside_sqrt: bool | None = None  # None: as PyG without a batch vector (see docstring)
 
     def __post_init__(self) -> None:
-        channels = self.channels
-        if (
-            isinstance(channels, bool)
-            or not isinstance(channels, (int, np.integer))
-            or channels < 1
-        ):
-            raise ValueError(f"LayerNorm channels must be a positive int, got {channels!r}")
+        check_positive_int(self.channels, "LayerNorm channels")  # at most 2**31 - 1
         if self.mode not in LAYERNORM_MODES:
             raise ValueError(f"LayerNorm mode must be 'node' or 'graph', got {self.mode!r}")
         check_nonnegative_number(self.eps, "LayerNorm eps")
-        check_optional_bool(self.eps_inside_sqrt, "eps_inside_sqrt")
+        object.__setattr__(self, "affine", check_bool(self.affine, "LayerNorm affine"))
+        inside = check_optional_bool(self.eps_inside_sqrt, "LayerNorm eps_inside_sqrt")
+        object.__setattr__(self, "eps_inside_sqrt", inside)
 
     @property
     def inside(self) -> bool:
@@ -144,6 +142,8 @@ class LayerNorm:
         centred = x - x.mean(axis=axis, keepdims=True)  # (N, C)
         # F2 biased variance over G
         var = (centred * centred).mean(axis=axis, keepdims=True)
+        # an infinite variance from finite x would give a zero xhat, and out = bias, silently
+        check_overflow(var, "LayerNorm.forward: the variance of x", x.dtype)
         # F3 standardise, eps inside or outside the root
         root, denominator = eps_root(var, self.eps, self.inside)
         if self.eps == 0 and not bool((denominator > 0).all()):
@@ -154,14 +154,24 @@ class LayerNorm:
         xhat = centred / denominator  # (N, C)
         # F4 per-feature affine map, broadcast over nodes
         out = xhat * params["weight"] + params["bias"] if self.affine else xhat
+        check_overflow(out, "LayerNorm.forward: its output", x.dtype)
         return out, LayerNormCache(xhat, root, denominator)
 
     def backward(
         self, params: dict[str, Any], cache: LayerNormCache, d_out: Any
     ) -> tuple[Any, dict[str, Any]]:
         """Gradients of a scalar loss: ``(d_x (N, C), {"weight": (C,), "bias": (C,)})``."""
-        xhat, root, denominator = cache
+        xhat = cache.xhat
         check_cotangent(d_out, xhat.shape, xhat.dtype, xhat, name="d_out")
+        return backward_checked(
+            lambda: self._backward(params, cache, d_out), "LayerNorm", xhat.dtype
+        )
+
+    def _backward(
+        self, params: dict[str, Any], cache: LayerNormCache, d_out: Any
+    ) -> tuple[Any, dict[str, Any]]:
+        """B4-B1 of :meth:`backward` on a checked cotangent."""
+        xhat, root, denominator = cache
         axis = 1 if self.mode == "node" else None
         group_size = xhat.shape[1] if self.mode == "node" else xhat.size
         d_params: dict[str, Any] = {}

@@ -74,14 +74,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from refimpl.fields import check_nonnegative_number, check_optional_bool
+from refimpl.nn.overflow import backward_checked, check_overflow
 from refimpl.ops.eps_root import eps_root, eps_root_backward
-from refimpl.validation import (
-    check_cotangent,
-    check_input,
-    check_nonnegative_number,
-    check_optional_bool,
-    check_params,
-)
+from refimpl.validation import check_cotangent, check_input, check_params
 
 __all__ = ["PAIRNORM_MODES", "PairNorm", "PairNormCache"]
 
@@ -117,7 +113,8 @@ class PairNorm:
             )
         check_nonnegative_number(self.scale, "PairNorm scale", allow_zero=False)
         check_nonnegative_number(self.eps, "PairNorm eps")
-        check_optional_bool(self.eps_inside_sqrt, "eps_inside_sqrt")
+        inside = check_optional_bool(self.eps_inside_sqrt, "PairNorm eps_inside_sqrt")
+        object.__setattr__(self, "eps_inside_sqrt", inside)
 
     @property
     def inside(self) -> bool:
@@ -148,6 +145,8 @@ class PairNorm:
         # F2 the statistic q: mean squared row norm (1, 1) or each squared row norm (N, 1)
         squares = (base * base).sum(axis=1, keepdims=True)  # (N, 1)
         q = squares.mean(axis=0, keepdims=True) if self.mode == "PN" else squares
+        # an infinite q from finite x would scale every row to zero, silently
+        check_overflow(q, "PairNorm.forward: the squared norms of x", x.dtype)
         # F3 the denominator, eps inside or outside the root
         root, denominator = eps_root(q, self.eps, self.inside)
         if self.eps == 0 and not bool((denominator > 0).all()):
@@ -160,14 +159,20 @@ class PairNorm:
         out = self.scale * base / denominator
         if self.mode == "PN-SCS":
             out = out - mean
+        check_overflow(out, "PairNorm.forward: its output", x.dtype)
         return out, PairNormCache(base, root, denominator)
 
     def backward(
         self, params: dict[str, Any], cache: PairNormCache, d_out: Any
     ) -> tuple[Any, dict[str, Any]]:
         """Gradients of a scalar loss: ``(d_x (N, C), {})``."""
-        base, root, denominator = cache
+        base = cache.base
         check_cotangent(d_out, base.shape, base.dtype, base, name="d_out")
+        return backward_checked(lambda: self._backward(cache, d_out), "PairNorm", base.dtype)
+
+    def _backward(self, cache: PairNormCache, d_out: Any) -> tuple[Any, dict[str, Any]]:
+        """B4-B1 of :meth:`backward` on a checked cotangent."""
+        base, root, denominator = cache
         num_nodes = base.shape[0]
         # B4 (of F4) out = s * base / D: base and D both receive gradient
         d_base = self.scale * d_out / denominator  # (N, C)

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from refimpl.fields import check_bool, check_positive_int, check_probability
 from refimpl.graph import Graph
 from refimpl.validation import (
     check_bipartite_inputs,
     check_block_inputs,
     check_graph_rows,
     check_optional_input,
-    check_positive_int,
 )
 
 __all__ = ["LIPSCHITZ_NORMS", "check_config", "check_inputs"]
@@ -21,12 +21,16 @@ LIPSCHITZ_NORMS = (None, "paper")
 
 def check_config(conv: Any) -> None:
     """Raise on a configuration ``conv`` (a ``TransformerConv``) cannot have; a JSON list
-    ``in_channels`` becomes the pair."""
+    ``in_channels`` becomes the pair, flags become Python bools."""
+    for name in ("concat", "beta", "bias", "root_weight"):  # "False" would read as true
+        object.__setattr__(conv, name, check_bool(getattr(conv, name), f"TransformerConv {name}"))
     if isinstance(conv.in_channels, list):  # a JSON config's pair
         object.__setattr__(conv, "in_channels", tuple(conv.in_channels))
     sizes = conv.in_channels if isinstance(conv.in_channels, tuple) else (conv.in_channels,)
     if len(sizes) > 2 or not sizes:
-        raise ValueError(f"in_channels must be an int or a pair, got {conv.in_channels!r}")
+        raise ValueError(
+            f"TransformerConv in_channels must be an int or a pair, got {conv.in_channels!r}"
+        )
     for size in sizes:
         check_positive_int(size, "TransformerConv in_channels")
     if len(sizes) == 2 and conv.lipschitz_norm is not None:
@@ -35,17 +39,17 @@ def check_config(conv: Any) -> None:
         check_positive_int(getattr(conv, name), f"TransformerConv {name}")
     if conv.edge_dim is not None:
         check_positive_int(conv.edge_dim, "TransformerConv edge_dim")
-    if isinstance(conv.dropout, bool) or not 0.0 <= conv.dropout < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), got {conv.dropout!r}")
+    check_probability(conv.dropout, "TransformerConv dropout")  # a string or None too
     if conv.lipschitz_norm not in LIPSCHITZ_NORMS:
         raise ValueError(
-            f"lipschitz_norm must be None or 'paper' (LipschitzNorm Eq. 19), "
+            f"TransformerConv lipschitz_norm must be None or 'paper' (LipschitzNorm Eq. 19), "
             f"got {conv.lipschitz_norm!r}"
         )
     if conv.beta and not conv.root_weight:
         raise ValueError(
-            "beta=True gates the root weight's output, so it needs root_weight=True "
-            "(PyG silently ignores beta without it); set beta=False or root_weight=True"
+            "TransformerConv beta=True gates the root weight's output, so it needs "
+            "root_weight=True (PyG silently ignores beta without it); set beta=False or "
+            "root_weight=True"
         )
 
 

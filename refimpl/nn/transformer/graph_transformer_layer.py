@@ -52,19 +52,16 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from refimpl.fields import check_bool, check_positive_int, check_probability
 from refimpl.graph import Graph
 from refimpl.nn.norms.layernorm import LayerNorm, LayerNormCache
+from refimpl.nn.overflow import backward_checked, check_overflow
 from refimpl.nn.stacks import block_backward, flat_param_shapes, init_flat_params, split_params
 from refimpl.nn.transformer.transformer_conv import TransformerConv, TransformerConvCache
 from refimpl.ops.activations import ReLU, SignCache
 from refimpl.ops.dropout import Dropout, DropoutCache, recorded_dropout
 from refimpl.ops.linear import Linear, LinearCache
-from refimpl.validation import (
-    check_block_inputs,
-    check_cotangent,
-    check_positive_int,
-    check_probability,
-)
+from refimpl.validation import check_block_inputs, check_cotangent, check_rng
 
 __all__ = ["GraphTransformerLayer", "GraphTransformerLayerCache"]
 
@@ -105,6 +102,11 @@ class GraphTransformerLayer:
     def __post_init__(self) -> None:
         for name in ("channels", "heads"):
             check_positive_int(getattr(self, name), f"GraphTransformerLayer {name}")
+        if self.ffn_channels is not None:  # 0 would mean the default, 2 D, silently
+            check_positive_int(self.ffn_channels, "GraphTransformerLayer ffn_channels")
+        for name in ("layer_norm", "qkv_bias"):  # "False" would read as true
+            flag = check_bool(getattr(self, name), f"GraphTransformerLayer {name}")
+            object.__setattr__(self, name, flag)
         if self.channels % self.heads:
             raise ValueError(
                 f"GraphTransformerLayer channels ({self.channels}) must be divisible by heads "
@@ -160,8 +162,11 @@ class GraphTransformerLayer:
         noise: dict[str, Any] | None = None,
     ) -> tuple[Any, GraphTransformerLayerCache]:
         """``out (N, D)`` for ``h (N, D)`` on ``graph`` (its edges are the attention mask) with
-        ``edge_attr (E, edge_dim)``; masks from ``noise`` or drawn from ``rng``."""
+        ``edge_attr (E, edge_dim)``; masks from ``noise`` or drawn from ``rng``. Raises
+        :class:`~refimpl.validation.NonFiniteError` where the output overflows the dtype."""
         check_block_inputs(params, self.param_shapes(), "GraphTransformerLayer", h, self.channels)
+        check_bool(training, "GraphTransformerLayer training")
+        check_rng(rng, "GraphTransformerLayer rng")
         noise = dict(noise or {})
         unknown = sorted(set(noise) - {"attn_dropout", "dropout1", "dropout2"})
         if unknown:
@@ -210,6 +215,7 @@ class GraphTransformerLayer:
         cache = GraphTransformerLayerCache(
             attention, output, dropout1, norm1, ffn1, relu, ffn2, dropout2, norm2, out, used
         )
+        check_overflow(out, "GraphTransformerLayer.forward: its output", h.dtype)
         return out, cache
 
     # -- backward ----------------------------------------------------------------------
@@ -220,8 +226,17 @@ class GraphTransformerLayer:
         d_out: Any,
     ) -> tuple[Any, dict[str, Any]]:
         """Gradients of ``<d_out, out>``: ``(d_h, d_params)``, or ``((d_h, d_edge_attr),
-        d_params)`` with edge features (the protocol of ``check_gradients``)."""
+        d_params)`` with edge features (the protocol of ``check_gradients``). Raises
+        :class:`~refimpl.validation.NonFiniteError` where a gradient overflows the dtype."""
         check_cotangent(d_out, cache.out.shape, cache.out.dtype, cache.out, name="d_out")
+        return backward_checked(
+            lambda: self._backward(params, cache, d_out), "GraphTransformerLayer", d_out.dtype
+        )
+
+    def _backward(
+        self, params: dict[str, Any], cache: GraphTransformerLayerCache, d_out: Any
+    ) -> tuple[Any, dict[str, Any]]:
+        """B8-B1 of :meth:`backward` on a checked cotangent."""
         blocks, d_params = self.blocks, {}
         dropout = Dropout(self.dropout)
 

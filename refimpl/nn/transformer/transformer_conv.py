@@ -77,6 +77,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from refimpl.backend import asarray, get_array_module
+from refimpl.fields import check_bool
 from refimpl.graph import Graph
 from refimpl.kernels.segment import gather, segment_softmax, segment_softmax_backward, segment_sum
 from refimpl.nn.lipschitz.neighbourhood_norm import (
@@ -84,14 +85,13 @@ from refimpl.nn.lipschitz.neighbourhood_norm import (
     transformer_lipschitz_scores,
     transformer_lipschitz_scores_backward,
 )
+from refimpl.nn.overflow import backward_checked, check_overflow
 from refimpl.nn.transformer.config import check_config, check_inputs
 from refimpl.nn.transformer.projections import node_projections, node_projections_backward
 from refimpl.nn.transformer.root_weight import root_weight, root_weight_backward
 from refimpl.ops.dropout import Dropout
 from refimpl.ops.propagate import propagate, propagate_backward
-from refimpl.validation import (
-    check_cotangent,
-)
+from refimpl.validation import check_cotangent, check_rng
 
 __all__ = ["TransformerConv", "TransformerConvCache"]
 
@@ -217,8 +217,13 @@ class TransformerConv:
         -------
         out : (N, H*C) if ``concat`` else (N, C)
         cache : TransformerConvCache
+
+        Raises :class:`~refimpl.validation.NonFiniteError` where the output overflows the dtype
+        (features near its largest numbers: the scores multiply queries and keys).
         """
         check_inputs(self, params, x, graph, edge_attr)
+        check_bool(training, "TransformerConv training")
+        check_rng(rng, "TransformerConv rng")
         x_src, x_dst = (x[0], x[1]) if isinstance(x, tuple) else (x, x)
         xp = get_array_module(x_src)
         n, heads, channels = x_dst.shape[0], self.heads, self.out_channels
@@ -281,6 +286,7 @@ class TransformerConv:
             gate,
             None if x_dst is x_src else x_dst,
         )
+        check_overflow(out, "TransformerConv.forward: its output", x_src.dtype)
         return out, cache
 
     # -- backward ----------------------------------------------------------------------
@@ -297,12 +303,25 @@ class TransformerConv:
         ``(d_x, d_edge_attr (E, edge_dim))``; ``d_x`` is the pair ``(d_x_src, d_x_dst)`` for a
         pair input. ``input_grad=False`` returns ``None`` in place of ``d_x`` (a first layer
         needs no gradient for its data).
+
+        Raises :class:`~refimpl.validation.NonFiniteError` where a gradient overflows the dtype.
         """
+        x = cache.x
+        rows = (x if cache.x_dst is None else cache.x_dst).shape[0]
+        check_cotangent(d_out, (rows, self._width), x.dtype, x, name="d_out")
+        check_bool(input_grad, "TransformerConv input_grad")
+        return backward_checked(
+            lambda: self._backward(params, cache, d_out, input_grad), "TransformerConv", x.dtype
+        )
+
+    def _backward(
+        self, params: dict[str, Any], cache: TransformerConvCache, d_out: Any, input_grad: bool
+    ) -> tuple[Any, dict[str, Any]]:
+        """B11-B1 of :meth:`backward` on a checked cotangent."""
         x, graph = cache.x, cache.graph
         x_dst = x if cache.x_dst is None else cache.x_dst
         xp = get_array_module(x)
         n, heads, channels = x_dst.shape[0], self.heads, self.out_channels
-        check_cotangent(d_out, (n, self._width), x.dtype, x, name="d_out")
         src, dst = graph.src_segments(xp), graph.dst_segments(xp)
         d_params: dict[str, Any] = {}
 
@@ -391,8 +410,6 @@ class TransformerConv:
         if cache.lipschitz is None:
             return terms / math.sqrt(cache.q.shape[2])
         return terms / gather(cache.lipschitz.denominator, dst)[..., None]
-
-    # -- helpers -------------------------------------------------------------------------
 
 
 # -- small pieces ---------------------------------------------------------------------------

@@ -423,8 +423,8 @@ def test_float32_gradient_overflow_is_refused_in_one_line(version: str) -> None:
         with pytest.raises(NonFiniteError, match="gradient overflowed float32") as info:
             conv.backward(params, cache, np.ones_like(out))
     assert str(info.value) == (
-        "GATConv.backward: a gradient overflowed float32 though the inputs and d_out were "
-        "finite; run in float64 (cast x and the parameters)"
+        "GATConv.backward: a gradient overflowed float32 though every input was finite; run "
+        "in float64 (cast the inputs and the parameters)"
     )
     # what the message advises: float64 holds the same numbers' gradients
     params = {name: value.astype(np.float64) for name, value in params.items()}

@@ -445,6 +445,15 @@ def test_authors_powers_are_the_patterns_of_a_a2_a4() -> None:
         assert power.num_edges == len(expected)  # each pair once
 
 
+def test_power_graphs_of_a_lower_order_reuse_the_cached_powers() -> None:
+    # The powers are cached per graph; a later call with a lower order must return its
+    # order's graphs only, the first ones of those a higher order built.
+    path = Graph(np.array([[0, 1, 2], [1, 2, 3]]), 4)
+    highest = power_graphs(path, 4)
+    for order in (1, 2, 3):
+        assert power_graphs(path, order) == highest[:order]
+
+
 def test_rb_powers_agree_at_order_one() -> None:
     graph = Graph(np.array([[0, 1, 2, 2], [1, 2, 0, 1]]), 3)
     conv = NodeFormerConv(2, 2, heads=2, relational_bias="sigmoid", rb_order=1)

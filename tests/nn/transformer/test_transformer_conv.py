@@ -643,7 +643,7 @@ def test_bad_upstream_gradient_and_dropout_mask() -> None:
         ({"heads": 0}, "heads must be a positive int"),
         ({"out_channels": 2.5}, "out_channels must be a positive int"),
         ({"edge_dim": 0}, "edge_dim must be a positive int"),
-        ({"dropout": 1.0}, r"dropout must be in \[0, 1\)"),
+        ({"dropout": 1.0}, r"dropout must be a probability in \[0, 1\)"),
         ({"lipschitz_norm": "reference-code"}, "lipschitz_norm must be None or 'paper'"),
         ({"beta": True, "root_weight": False}, "beta=True .* needs root_weight=True"),
     ],

@@ -124,5 +124,10 @@ def test_shapes_and_checks() -> None:
         conv.forward(params, rng.random((5, 4)), graph)
     with pytest.raises(ValueError, match=r"x_dst has shape \(2, 2\)"):
         conv.forward(params, (rng.random((5, 4)), rng.random((2, 2))), graph)
+    # a width mismatch names the side that has it
+    with pytest.raises(ValueError, match=r"^x_src must have shape \(\*, 4\), got \(5, 3\)$"):
+        conv.forward(params, (rng.random((5, 3)), rng.random((3, 2))), graph)
+    with pytest.raises(ValueError, match=r"^x_dst must have shape \(\*, 2\), got \(3, 5\)$"):
+        conv.forward(params, (rng.random((5, 4)), rng.random((3, 5))), graph)
     with pytest.raises(ValueError, match="LipschitzNorm is defined on one node set"):
         TransformerConv((4, 2), 3, lipschitz_norm="paper")
