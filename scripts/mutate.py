@@ -1,4 +1,4 @@
-"""Mutation testing of the backward passes, optimisers, tolerances and theorem checks.
+"""Mutation testing of the forward and backward code, optimisers, tolerances and theorem checks.
 
     python scripts/mutate.py [--modules GLOB ...] [--max-mutants N] [--jobs J]
                              [--report docs/mutation.md] [--list] [--ids ID ...]
@@ -7,26 +7,29 @@ Each mutant (one realistic bug, :mod:`mutation_operators`) is written into a
 scratch copy of the repository (``--workdir``, never the working tree, where
 others edit), the tests relevant to its module run there with ``python -m
 pytest -x -q -p no:cacheprovider -p no:randomly --hypothesis-seed=0`` under a
-time limit, and the mutant is *killed* when they fail, *survives* when they
-pass. The copy comes first on ``PYTHONPATH`` and is the working directory, so
+time limit, and the mutant is *killed* when they fail (or crash), *survives* when
+they pass. The copy comes first on ``PYTHONPATH`` and is the working directory, so
 its code, not the editable install's, is imported (checked before any run).
 
-What is mutated (:data:`TARGETS`): the backward passes (functions named
-``*backward*`` in ``refimpl/kernels``, ``refimpl/ops``, ``refimpl/nn``,
-``refimpl/models``), a seeded sample spread over the files; every line of the
-optimisers' updates; the tolerance table; and in ``proofs_check`` every bound and
-tolerance constant and every bound, statistic and verdict function
-(:data:`PROOFS_CHECK_FUNCTIONS`).
+What is mutated (:data:`TARGETS`): in the math (``refimpl/kernels``, ``refimpl/ops``,
+``refimpl/nn``, ``refimpl/models``), the backward passes (functions named
+``*backward*``), a seeded sample spread over the files, and the forward code (every
+other function there and in ``refimpl/graph.py`` and ``refimpl/init.py``), a seeded
+sample of :data:`FORWARD_SAMPLE` spread over the files and, within each, over its
+lines; every line of the optimisers' updates; the tolerance table; and in
+``proofs_check`` every bound and tolerance constant and every bound and verdict function
+(:data:`PROOFS_CHECK_BOUNDS`), with a sample of the statistics compared with them
+(:data:`PROOFS_CHECK_QUANTITIES`). What only builds an error message is never mutated
+(:mod:`mutation_operators`).
 
-Which tests run (:func:`relevant_tests`): the mirrored test files
-(``refimpl/nn/gat/conv.py`` -> ``tests/nn/gat/test_conv*.py``), every test file that
-imports the module (by its dotted name, a name its package re-exports from it,
-or its subpackage), and :data:`EXTRA_TESTS`, for modules whose code a test runs
-without importing it by name; for a helper without a mirrored test file
-(``nn/attention_common``, ``nn/gat/v1``), also the tests of the modules of its package
-that import it (a test that imports such a helper only to patch it, as
-``tests/test_conservation.py`` does ``nn/gat/v1``, must not become its only test).
-Mirrored files run first, so most mutants die in seconds.
+Which tests run (:func:`mutation_tests.relevant_tests`): the mirrored test files
+(``refimpl/nn/gat/conv.py`` -> ``tests/nn/gat/test_conv*.py``), then
+:data:`mutation_tests.EXTRA_TESTS` (code a test runs where no import shows it), then every test file
+whose imports reach the module, directly or through any chain of imports of the
+repository's modules (read with ``ast``, nothing imported: a test that imports
+``refimpl.models.gat`` reaches ``refimpl.ops.loop_fill`` through
+``refimpl.nn.gat.conv``), the closest first. Most mutants die in the first file, in
+seconds.
 
 Equivalent mutants (no test can tell them apart from the original) are listed
 with their reasons in ``scripts/mutation_equivalents.json`` (id -> reason); the
@@ -37,9 +40,7 @@ kill rate is over the others. Ids hash the code, not line numbers
 from __future__ import annotations
 
 import argparse
-import ast
 import fnmatch
-import functools
 import json
 import os
 import random
@@ -56,6 +57,7 @@ from xml.etree import ElementTree
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from mutation_operators import OPERATORS, TOLERANCE, Mutant, Scope, apply, mutants_of
+from mutation_tests import relevant_tests
 
 REPO = Path(__file__).resolve().parents[1]
 EQUIVALENTS = REPO / "scripts" / "mutation_equivalents.json"
@@ -71,6 +73,8 @@ PYTEST = [
     "--hypothesis-seed=0",
 ]
 SAMPLE_SEED = 0
+# Forward mutants drawn: sized to keep a full run (--jobs 2) within the README's estimate.
+FORWARD_SAMPLE = 250
 
 # proofs_check, all mutated: the functions that compute a bound of a theorem, a threshold or
 # a verdict, and the special cases the audit found unguarded.
@@ -96,51 +100,53 @@ PROOFS_CHECK_QUANTITIES = frozenset(
 )  # fmt: skip
 # Optimiser update lines.
 OPTIM_FUNCTIONS = frozenset({"SGD.step", "Adam.step", "_lerp"})
-# Tests that run a module's code without importing the module by name.
-EXTRA_TESTS = {
-    # every registered check runs in test_each_check_passes_with_a_record_of_exact_keys_and_types
-    "proofs_check/conservation.py": ["tests/test_proofs_check.py"],
-    # the tolerance table's own tests
-    "refimpl/testing/tolerances.py": ["tests/test_gradcheck.py"],
-}
 
 
 @dataclass(frozen=True)
 class Target:
     """A group of files and the part of each that is mutated; ``sample``: how many mutants
-    to draw (seeded, spread over the files, or over the lines with ``by_line``), ``None``
-    for all."""
+    to draw (seeded), ``None`` for all, spread as ``spread`` says: ``"files"`` round-robin
+    over the files, ``"lines"`` over every line of every file, ``"files, then lines"`` over
+    the files and, within each, over its lines (a file's first picks on different lines)."""
 
     name: str
     patterns: tuple[str, ...]
     scope: Scope
     sample: int | None = None
-    by_line: bool = False
+    spread: str = "files"
 
 
 def _backward(qualname: str) -> bool:
     return any("backward" in part for part in qualname.split("."))
 
 
+def _forward(qualname: str) -> bool:
+    return not _backward(qualname)
+
+
+# The math: kernels, differentiable primitives, layers, models.
+MATH = (
+    "refimpl/kernels/*.py",
+    "refimpl/ops/*.py",
+    "refimpl/nn/*.py",
+    "refimpl/nn/*/*.py",
+    "refimpl/models/*.py",
+)
 TARGETS = (
+    Target("backward passes", MATH, Scope(_backward), sample=60),
     Target(
-        "backward passes",
-        (
-            "refimpl/kernels/*.py",
-            "refimpl/ops/*.py",
-            "refimpl/nn/*.py",
-            "refimpl/nn/*/*.py",
-            "refimpl/models/*.py",
-        ),
-        Scope(_backward),
-        sample=60,
+        "forward code",
+        (*MATH, "refimpl/graph.py", "refimpl/init.py"),
+        Scope(_forward),
+        sample=FORWARD_SAMPLE,
+        spread="files, then lines",
     ),
     Target(
         "optimisers",
         ("refimpl/optim.py",),
         Scope(OPTIM_FUNCTIONS.__contains__),
         sample=40,
-        by_line=True,  # every update line, two mutants or more each
+        spread="lines",  # every update line, two mutants or more each
     ),
     Target(
         "tolerance table",
@@ -167,35 +173,54 @@ def _files(patterns: Sequence[str], root: Path) -> list[str]:
     return sorted(f for f in found if not f.endswith("__init__.py") or "proofs_check" in f)
 
 
-def _spread(groups: dict[str, list[Mutant]], count: int) -> list[Mutant]:
-    """``count`` mutants taken round-robin over ``groups`` (each in its given order)."""
-    chosen, queues = [], {k: list(v) for k, v in sorted(groups.items())}
-    while len(chosen) < count and any(queues.values()):
-        for queue in queues.values():
+def _spread(groups: dict[str, list], count: int) -> list:
+    """``count`` items taken round-robin over ``groups`` (in key order, each in its order)."""
+    return _round_robin([groups[key] for key in sorted(groups)], count)
+
+
+def _round_robin(queues: Sequence[Sequence], count: int) -> list:
+    chosen, queues = [], [list(queue) for queue in queues]
+    while len(chosen) < count and any(queues):
+        for queue in queues:
             if queue and len(chosen) < count:
                 chosen.append(queue.pop(0))
     return chosen
+
+
+def _over_lines(mutants: list[Mutant], rng: random.Random) -> list[Mutant]:
+    """``mutants`` (already shuffled) reordered round-robin over their lines, the lines in
+    random order: the first picks of a file are on different lines."""
+    lines: dict[int, list[Mutant]] = {}
+    for mutant in mutants:
+        lines.setdefault(mutant.line, []).append(mutant)
+    order = sorted(lines)
+    rng.shuffle(order)
+    return _round_robin([lines[line] for line in order], len(mutants))
 
 
 def select(
     root: Path, modules: Sequence[str] = (), seed: int = SAMPLE_SEED
 ) -> list[tuple[str, Mutant]]:
     """``(target name, mutant)`` for every target (sampled where the target says), sorted by
-    file and line."""
+    file and line; with ``modules`` (file globs), only those of the files they match: the
+    full run's mutants there, so a run on a few modules previews the full run."""
     selection = []
     for target in TARGETS:
         groups: dict[str, list[Mutant]] = {}
         for path in _files(target.patterns, root):
-            if modules and not any(fnmatch.fnmatch(path, m) for m in modules):
-                continue
             found = sorted(mutants_of(path, (root / path).read_text(), target.scope), key=_id)
-            random.Random(f"{seed}:{path}").shuffle(found)  # str seeds are stable
+            rng = random.Random(f"{seed}:{path}")  # str seeds are stable
+            rng.shuffle(found)
+            if target.spread == "files, then lines":
+                found = _over_lines(found, rng)
             for mutant in found:
-                key = f"{path}:{mutant.line:05d}" if target.by_line else path
+                key = f"{path}:{mutant.line:05d}" if target.spread == "lines" else path
                 groups.setdefault(key, []).append(mutant)
         total = sum(map(len, groups.values()))
         count = total if target.sample is None else min(target.sample, total)
         selection += [(target.name, m) for m in _spread(groups, count)]
+    if modules:
+        selection = [s for s in selection if any(fnmatch.fnmatch(s[1].path, m) for m in modules)]
     return sorted(selection, key=lambda s: _order(s[1]))
 
 
@@ -208,75 +233,6 @@ def _order(mutant: Mutant) -> tuple[str, int, str]:
 
 
 # -- which tests ----------------------------------------------------------------------------------
-def _dotted(path: str) -> str:
-    return path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
-
-
-def _reexports(root: Path, package: str) -> dict[str, str]:
-    """Names a package's ``__init__`` imports from its modules: name -> module."""
-    init = root / package.replace(".", "/") / "__init__.py"
-    if not init.exists():
-        return {}
-    names = {}
-    for node in ast.walk(ast.parse(init.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            module = node.module if node.level == 0 else f"{package}.{node.module}"
-            names.update({alias.name: module for alias in node.names})
-    return names
-
-
-@functools.cache
-def imported_modules(root: Path, test_file: Path) -> frozenset[str]:
-    """Dotted names a test file imports: modules, the modules behind names re-exported by a
-    package, and subpackages (as ``pkg.sub.*``)."""
-    modules = set()
-    for node in ast.walk(ast.parse(test_file.read_text())):
-        if isinstance(node, ast.Import):
-            modules.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            reexports = _reexports(root, node.module)
-            for alias in node.names:
-                full = f"{node.module}.{alias.name}"
-                as_path = root / full.replace(".", "/")
-                if as_path.is_dir():
-                    modules.add(f"{full}.*")  # a subpackage: all its modules
-                elif as_path.with_suffix(".py").exists():
-                    modules.add(full)
-                else:
-                    modules.add(reexports.get(alias.name, node.module))
-    return frozenset(modules)
-
-
-def relevant_tests(root: Path, path: str) -> list[str]:
-    """Test files for the module at ``path``: mirrored first, then extras, then importers."""
-    parts = Path(path).with_suffix("").parts
-    mirror_dir = root / "tests" / Path(*parts[1:-1]) if len(parts) > 2 else root / "tests"
-    mirrored = sorted(
-        p.relative_to(root).as_posix()
-        for p in mirror_dir.glob(f"test_{parts[-1]}*.py")
-        if p.stem == f"test_{parts[-1]}" or p.stem.startswith(f"test_{parts[-1]}_")
-    )
-    dotted = _dotted(path)
-    importers = []
-    for test_file in sorted((root / "tests").rglob("test_*.py")):
-        imported = imported_modules(root, test_file)
-        if dotted in imported or any(
-            m.endswith(".*") and dotted.startswith(m[:-1]) for m in imported
-        ):
-            importers.append(test_file.relative_to(root).as_posix())
-    extra = [t for t in EXTRA_TESTS.get(path, []) if (root / t).exists() and t not in mirrored]
-    found = mirrored + extra + [t for t in importers if t not in mirrored + extra]
-    if mirrored:
-        return found
-    # A helper without tests of its own (a test may still import it, to patch it): also the
-    # tests of the modules of its package that import it.
-    users = []
-    for module in sorted((root / parts[0]).rglob("*.py")):
-        if module != root / path and dotted in imported_modules(root, module):
-            users += relevant_tests(root, module.relative_to(root).as_posix())
-    return list(dict.fromkeys(found + users))
-
-
 # -- running --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Outcome:
@@ -317,44 +273,63 @@ def _check_imports(worker: Path) -> None:
 
 
 def run_tests(worker: Path, tests: Sequence[str], timeout: float) -> tuple[str, float, str]:
-    """``(status, seconds, last line)`` of the tests in ``worker``: killed when they fail."""
+    """``(status, seconds, last line)`` of the tests in ``worker``: killed when they fail.
+
+    The first file runs alone, then the rest: most mutants fail in the first, and pytest
+    collects (imports) every file it is given before it runs one.
+    """
     shutil.rmtree(worker / ".hypothesis", ignore_errors=True)  # no replayed examples
-    start = time.monotonic()
-    try:
+    start, status, last = time.monotonic(), "survived", ""
+    for stage in (tests[:1], tests[1:]):
+        if not stage or status != "survived":
+            continue
+        try:
+            done = subprocess.run(
+                [sys.executable, *PYTEST, "-x", *stage],
+                cwd=worker,
+                env=_environment(worker),
+                capture_output=True,
+                text=True,
+                timeout=max(timeout - (time.monotonic() - start), 1.0),
+            )
+        except subprocess.TimeoutExpired:
+            return "timeout", time.monotonic() - start, ""
+        last = (done.stdout.strip() or done.stderr.strip() or "?").splitlines()[-1]
+        # 1: a test failed; 2: collection failed (a module that no longer imports); < 0: the
+        # process died of a signal (a compiled kernel reading out of bounds): all detected
+        code = done.returncode
+        status = (
+            "killed" if code < 0 else {0: "survived", 1: "killed", 2: "killed"}.get(code, "error")
+        )
+    return status, time.monotonic() - start, last
+
+
+def baseline(workers: Sequence[Path], tests: Sequence[str]) -> dict[str, float]:
+    """Every test file on the unmutated copies, split over the workers (one run each, in
+    parallel): seconds per file. Exits when one fails (every mutant would look killed)."""
+
+    def run(k: int) -> dict[str, float]:
+        report = workers[k] / "baseline.xml"
+        junit = [f"--junitxml={report}", "-o", "junit_family=xunit1"]
         done = subprocess.run(
-            [sys.executable, *PYTEST, "-x", *tests],
-            cwd=worker,
-            env=_environment(worker),
+            [sys.executable, *PYTEST, *junit, *tests[k :: len(workers)]],
+            cwd=workers[k],
+            env=_environment(workers[k]),
             capture_output=True,
             text=True,
-            timeout=timeout,
         )
-    except subprocess.TimeoutExpired:
-        return "timeout", time.monotonic() - start, ""
-    seconds = time.monotonic() - start
-    lines = (done.stdout.strip() or done.stderr.strip() or "?").splitlines()
-    # 1: a test failed; 2: collection failed (a module that no longer imports)
-    status = {0: "survived", 1: "killed", 2: "killed"}.get(done.returncode, "error")
-    return status, seconds, lines[-1]
+        if done.returncode != 0:
+            raise SystemExit(f"the tests fail before any mutation:\n{done.stdout[-3000:]}")
+        seconds: dict[str, float] = {}
+        for case in ElementTree.parse(report).iter("testcase"):
+            file = case.get("file", "")
+            seconds[file] = seconds.get(file, 0.0) + float(case.get("time", 0.0))
+        return seconds
 
-
-def baseline(worker: Path, tests: Sequence[str]) -> dict[str, float]:
-    """Every test file on the unmutated copy, in one run: seconds per file. Exits when one
-    fails (every mutant would look killed)."""
-    report = worker / "baseline.xml"
-    done = subprocess.run(
-        [sys.executable, *PYTEST, f"--junitxml={report}", "-o", "junit_family=xunit1", *tests],
-        cwd=worker,
-        env=_environment(worker),
-        capture_output=True,
-        text=True,
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"the tests fail before any mutation:\n{done.stdout[-3000:]}")
     seconds = dict.fromkeys(tests, 0.0)
-    for case in ElementTree.parse(report).iter("testcase"):
-        file = case.get("file", "")
-        seconds[file] = seconds.get(file, 0.0) + float(case.get("time", 0.0))
+    with ThreadPoolExecutor(len(workers)) as pool:
+        for part in pool.map(run, range(min(len(workers), len(tests)))):
+            seconds.update(part)
     return seconds
 
 
@@ -389,11 +364,11 @@ def run_all(
     tests = {path: relevant_tests(workers[0], path) for path in paths}
     if not all(tests.values()):
         raise SystemExit(f"no tests found for {[p for p, files in tests.items() if not files]}")
-    per_file = baseline(workers[0], sorted({t for files in tests.values() for t in files}))
+    per_file = baseline(workers, sorted({t for files in tests.values() for t in files}))
     progress(f"baseline: {len(per_file)} test files pass, {sum(per_file.values()):.0f} s of tests")
-    # Past three times the tests' own time plus pytest's start-up: a hang, not a slow test.
+    # Past three times the tests' own time plus two pytest start-ups: a hang, not a slow test.
     limits = {
-        path: 3 * (sum(per_file[t] for t in files) + 10) + 30 for path, files in tests.items()
+        path: 3 * (sum(per_file[t] for t in files) + 20) + 30 for path, files in tests.items()
     }
     free, lock = list(workers), threading.Lock()
 
@@ -504,7 +479,7 @@ def _where(mutant: Mutant) -> str:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--modules", nargs="+", default=(), help="file globs, e.g. refimpl/optim.py"
+        "--modules", nargs="+", default=(), help="only the mutants in these files (globs)"
     )
     parser.add_argument("--max-mutants", type=int, help="at most this many, spread over files")
     parser.add_argument("--ids", nargs="+", default=(), help="only these mutant ids")

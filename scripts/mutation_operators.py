@@ -23,7 +23,13 @@ each a bug that review misses and a weak test lets through:
 Which nodes are candidates is the caller's choice (:class:`Scope`): the
 functions whose qualified names it selects, and the module-level constants it
 names (tolerances get only ``loosen``: a tighter tolerance that the suite
-still passes is the tolerance's own claim, not a bug).
+still passes is the tolerance's own claim, not a bug). Never candidates: what
+only builds an error message (a ``raise`` statement, f-strings, the
+assignments of names that are read only there, such as ``shown = ...`` read by
+a ``raise``'s f-string: :func:`message_names`, and functions annotated
+``-> str``: a message or a repr), docstrings, decorators,
+annotations, defaults, and class bodies outside any function (a dataclass's
+field defaults are configuration, not code).
 
 A mutant's id is a hash of the file, the enclosing function, the operator, the
 original and mutated code (as ``ast.unparse`` writes them) and, when that text
@@ -41,7 +47,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 
-__all__ = ["OPERATORS", "Mutant", "Scope", "apply", "mutants_of"]
+__all__ = ["OPERATORS", "Mutant", "Scope", "apply", "message_names", "mutants_of"]
 
 OPERATORS = {
     "sign": "flip a sign: `a + b` <-> `a - b`, `-x` -> `x`, `y = a * b` -> `y = -(a * b)`",
@@ -84,7 +90,8 @@ class Scope:
     """Which nodes of a module are candidates.
 
     ``functions(qualname)`` selects the functions (with everything nested in
-    them); ``constants(name)`` the module-level assignments ``NAME = value``.
+    them; a class's own body only inside a function); ``constants(name)`` the
+    module-level assignments ``NAME = value``.
     """
 
     functions: Callable[[str], bool]
@@ -181,12 +188,14 @@ class _Collector(ast.NodeVisitor):
     def __init__(self, scope: Scope) -> None:
         self.scope = scope
         self.stack: list[str] = []
+        self.functions = 0  # how many of the stack's entries are functions
+        self.messages: list[frozenset[str]] = []  # message_names of each open function
         self.constant: str | None = None  # the module-level constant being visited
         self.found: list[tuple[ast.AST, str, str, ast.AST]] = []  # node, function, op, new
 
     def _in_scope(self) -> bool:
         return self.constant is not None or (
-            bool(self.stack) and self.scope.functions(".".join(self.stack))
+            self.functions > 0 and self.scope.functions(".".join(self.stack))
         )
 
     def _scoped(self, node: ast.AST, name: str) -> None:
@@ -200,8 +209,19 @@ class _Collector(ast.NodeVisitor):
             self.visit(child)
         self.stack.pop()
 
+    def _message_only(self, targets: list[ast.expr]) -> bool:
+        """An assignment to names read only in error messages (:func:`message_names`)."""
+        names = self.messages[-1] if self.messages else frozenset()
+        return all(isinstance(t, ast.Name) and t.id in names for t in targets)
+
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        if isinstance(node.returns, ast.Name) and node.returns.id == "str":
+            return  # text: a message or a repr, not the math
+        self.functions += 1
+        self.messages.append(message_names(node))
         self._scoped(node, node.name)
+        self.messages.pop()
+        self.functions -= 1
 
     visit_AsyncFunctionDef = visit_FunctionDef
 
@@ -210,6 +230,8 @@ class _Collector(ast.NodeVisitor):
 
     def visit_Assign(self, node: ast.Assign) -> None:
         targets = node.targets
+        if self._message_only(targets):
+            return
         if not self.stack and len(targets) == 1 and isinstance(targets[0], ast.Name):
             if self.scope.constants(targets[0].id):
                 self.constant = targets[0].id
@@ -219,7 +241,7 @@ class _Collector(ast.NodeVisitor):
         self._visit_value(node.value, node)
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
-        if node.value is not None:
+        if node.value is not None and not self._message_only([node.target]):
             if not self.stack and isinstance(node.target, ast.Name):
                 if self.scope.constants(node.target.id):
                     self.constant = node.target.id
@@ -229,6 +251,8 @@ class _Collector(ast.NodeVisitor):
             self._visit_value(node.value, node)
 
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        if self._message_only([node.target]):
+            return
         if self._in_scope() and isinstance(node.op, (ast.Add, ast.Sub)):
             overwrite = ast.Assign([node.target], node.value, lineno=node.lineno)
             self.found.append((node, ".".join(self.stack), "drop_term", overwrite))
@@ -273,6 +297,56 @@ class _Collector(ast.NodeVisitor):
                 self._expression(child, node)
             else:
                 self.visit(child)
+
+
+def _own_reads(statement: ast.stmt) -> Iterator[str]:
+    """Names a statement reads itself, not in the statements nested in it (an ``if``'s body)."""
+    for child in ast.iter_child_nodes(statement):
+        if not isinstance(child, ast.stmt):
+            for node in ast.walk(child):
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                    yield node.id
+
+
+def _assigned(statement: ast.stmt) -> list[ast.expr]:
+    if isinstance(statement, ast.Assign):
+        return statement.targets
+    if isinstance(statement, (ast.AnnAssign, ast.AugAssign)):
+        return [statement.target]
+    return []
+
+
+def message_names(function: ast.AST) -> frozenset[str]:
+    """Names ``function`` assigns only to build error messages: every read of them is in a
+    ``raise`` statement or in the assignment of another such name (``shown = repr(x)``,
+    ``shown = shown[:57] + "..."``, then ``raise ValueError(f"... {shown}")``)."""
+    statements = [s for s in ast.walk(function) if isinstance(s, ast.stmt) and s is not function]
+    readers: dict[str, list[ast.stmt]] = {}  # name -> the statements that read it
+    for statement in statements:
+        for name in _own_reads(statement):
+            readers.setdefault(name, []).append(statement)
+    names = {
+        t.id
+        for s in statements
+        for t in _assigned(s)
+        if isinstance(t, ast.Name) and t.id in readers
+    }
+    while True:  # drop names read anywhere but in a raise or a message's assignment
+        kept = {
+            name
+            for name in names
+            if all(
+                isinstance(s, ast.Raise)
+                or (
+                    _assigned(s)
+                    and all(isinstance(t, ast.Name) and t.id in names for t in _assigned(s))
+                )
+                for s in readers[name]
+            )
+        }
+        if kept == names:
+            return frozenset(names)
+        names = kept
 
 
 def _span(node: ast.AST) -> tuple[int, int, int, int]:

@@ -127,8 +127,11 @@ def _build_attention_graph(
     )
 
 
-def _check_batch(batch: Any, num_graphs: int | None, n: int) -> tuple[np.ndarray, int]:
-    """Host ``batch (N,)`` int64 and ``G``; a single graph when ``batch`` is None."""
+def _check_batch(
+    batch: Any, num_graphs: int | None, n: int, edge_index: Any = None
+) -> tuple[np.ndarray, int]:
+    """Host ``batch (N,)`` int64 and ``G``; a single graph when ``batch`` is None. With
+    ``edge_index (2, E)``, every edge joins two nodes of one graph (block diagonal)."""
     if num_graphs is not None:  # a positive int, at most 2**31 - 1 as every count
         check_positive_int(num_graphs, "num_graphs")
     refuse_array_subclass(batch, "batch")  # to_numpy would drop a mask
@@ -149,4 +152,15 @@ def _check_batch(batch: Any, num_graphs: int | None, n: int) -> tuple[np.ndarray
     num_graphs = high if num_graphs is None else num_graphs
     if low < 0 or high > num_graphs:
         raise ValueError(f"batch values must lie in [0, num_graphs) = [0, {num_graphs})")
-    return batch.astype(np.int64), int(num_graphs)
+    batch = batch.astype(np.int64)
+    if edge_index is not None:  # an edge between graphs mixes them, and each is pooled alone
+        src, dst = to_numpy(edge_index)
+        crossing = np.flatnonzero(batch[src] != batch[dst])
+        if crossing.size:
+            e = int(crossing[0])
+            raise ValueError(
+                f"edge {e} ({int(src[e])} -> {int(dst[e])}) joins graph {int(batch[src[e]])} "
+                f"to graph {int(batch[dst[e]])}: the graphs of a batch share no edge (collate "
+                "them with refimpl.data.collate)"
+            )
+    return batch, int(num_graphs)

@@ -223,7 +223,8 @@ class GraphTransformer:
         edge_attr : (E, edge_dim) float array, with ``edge_dim`` only
         pe : (N, pe_dim) float array, with ``pe_dim`` only (``refimpl.data.laplacian_pe``)
         batch : (N,) int array, optional
-            The graph of every node, ``0 <= batch < num_graphs``; None: one graph.
+            The graph of every node, ``0 <= batch < num_graphs``; None: one graph. No edge
+            may join two graphs (a block-diagonal batch, as ``refimpl.data.collate`` makes).
         num_graphs : int, optional
             ``G``; default ``batch.max() + 1``.
         training, rng, noise
@@ -235,7 +236,7 @@ class GraphTransformer:
         check_rng(rng, "GraphTransformer rng")
         n = x.shape[0]
         xp = get_array_module(x)
-        batch_host, num_graphs = _check_batch(batch, num_graphs, n)
+        batch_host, num_graphs = _check_batch(batch, num_graphs, n, graph.edge_index)
         structure = attention_graph(graph, batch_host, num_graphs, self.global_node)
         check_optional_input(
             edge_attr,

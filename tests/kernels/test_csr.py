@@ -50,6 +50,44 @@ def test_threaded_blocks_equal_the_single_product(
     np.testing.assert_array_equal(split, single)  # bitwise: each row is one thread's
 
 
+@given(
+    seed=seeds(),
+    rows=st.integers(2, 30),
+    threads=st.integers(2, 5),
+    kernel=st.booleans(),
+)
+def test_the_rows_are_split_into_disjoint_blocks_one_per_thread(
+    seed: int, rows: int, threads: int, kernel: bool
+) -> None:
+    # The products are the same however the rows are split, so a path that never split
+    # (threads < 20 for threads < 2) or one block computing every row (bounds[k - 1] for
+    # bounds[k + 1]) gave the right values and survived: here the split itself is checked.
+    rng = np.random.default_rng(seed)
+    matrix = sp.random(rows, 7, density=0.5, format="csr", rng=rng)
+    dense = rng.standard_normal((7, 3))
+    blocks, spans = [], []
+    real_map, real_kernel = csr.map_blocks, csr._csr_matvecs
+
+    def counting_map(function, count, threads):
+        blocks.append(count)
+        return real_map(function, count, threads)
+
+    def recording_kernel(n_rows, *args):
+        spans.append(n_rows)
+        return real_kernel(n_rows, *args)
+
+    with (
+        mock.patch.object(csr, "map_blocks", counting_map),
+        mock.patch.object(csr, "_csr_matvecs", recording_kernel if kernel else None),
+    ):
+        split = csr_matmul(matrix, dense, threads=threads, min_work=0)
+    np.testing.assert_array_equal(split, matrix @ dense)
+    if rows >= threads:
+        assert blocks == [threads]
+        if kernel:  # the blocks' rows: none negative, together every row once
+            assert len(spans) == threads and min(spans) >= 0 and sum(spans) == rows
+
+
 def test_scipys_kernel_is_found() -> None:
     """The fast path is taken on the SciPy we depend on (the fallback would hide its loss)."""
     assert csr._csr_matvecs is not None

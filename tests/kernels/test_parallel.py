@@ -58,7 +58,12 @@ def test_blas_runs_on_one_thread_inside_blocks_and_is_restored(threads: int) -> 
 
 @pytest.mark.parametrize(
     ("environment", "expected"),
-    [({"REFIMPL_NUM_THREADS": "3", "OMP_NUM_THREADS": "2"}, 3), ({"OMP_NUM_THREADS": "2"}, 2)],
+    [
+        ({"REFIMPL_NUM_THREADS": "3", "OMP_NUM_THREADS": "2"}, 3),
+        ({"OMP_NUM_THREADS": "2"}, 2),
+        # 0 threads is no count: the next variable decides (a mutant taking >= 0 survived)
+        ({"REFIMPL_NUM_THREADS": "0", "OMP_NUM_THREADS": "2"}, 2),
+    ],
 )
 def test_thread_count_comes_from_the_environment(monkeypatch, environment, expected) -> None:
     for name in ("REFIMPL_NUM_THREADS", "OMP_NUM_THREADS"):

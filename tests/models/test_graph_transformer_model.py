@@ -237,6 +237,13 @@ def test_noise_replay_is_exact() -> None:
         ({"pe_dim": 2}, {}, "pass pe"),
         ({}, {"batch": np.array([0, 1])}, "batch must be"),
         ({}, {"batch": np.array([0, 0, 1]), "num_graphs": 1}, "num_graphs"),
+        # an edge between two graphs of a batch was accepted: attention mixed the graphs,
+        # and the activations named each edge's graph by its target alone
+        (
+            {},
+            {"batch": np.array([0, 0, 1])},
+            r"^edge 1 \(1 -> 2\) joins graph 0 to graph 1: the graphs of a batch share no edge",
+        ),
     ],
 )
 def test_bad_input_is_rejected(config: dict, inputs: dict, message: str) -> None:
@@ -294,7 +301,7 @@ def test_graphs_without_nodes_pool_to_zero() -> None:
     rng = np.random.default_rng(8)
     model = GraphTransformer(2, 3, hidden_channels=4, num_layers=1, heads=2, pool="mean")
     params = {k: v + rng.standard_normal(v.shape) for k, v in model.init_params(rng).items()}
-    graph = Graph(np.array([[0, 1], [1, 2]]), 3)
+    graph = Graph(np.array([[0, 1], [1, 0]]), 3)  # graph 0: nodes 0 and 1; graph 1: node 2
     x = rng.standard_normal((3, 2))
     out, _ = model.forward(params, x, graph, batch=np.array([0, 0, 1]), num_graphs=4)
     hidden = np.maximum(params["head1.b"], 0)  # head1 applied to a zero pool

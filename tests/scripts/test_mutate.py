@@ -1,5 +1,6 @@
-"""``scripts/mutate.py`` and its operators on tiny snippets: what each operator writes, stable
-ids, the module-to-tests mapping, the kill rate. No mutation run here (docs/mutation.md)."""
+"""``scripts/mutate.py``, its operators and its test map (``mutation_tests.py``) on tiny
+snippets: what each operator writes, stable ids, the module-to-tests mapping, the kill rate.
+No mutation run here (docs/mutation.md)."""
 
 from __future__ import annotations
 
@@ -50,6 +51,11 @@ def ops(monkeypatch):
 @pytest.fixture()
 def mutate(monkeypatch):
     return _load("mutate", monkeypatch)
+
+
+@pytest.fixture()
+def test_map(monkeypatch):
+    return _load("mutation_tests", monkeypatch)
 
 
 def _mutants(ops, source: str = SNIPPET):
@@ -108,6 +114,35 @@ def test_ids_are_stable_across_line_shifts_and_unique(ops) -> None:
     assert len(before) == len(_mutants(ops))  # two scale_const of one constant: two ids
 
 
+MESSAGES = """\
+class Config:
+    slope: float = 0.2
+
+
+def forward(x, limit):
+    shown = " ".join(repr(x).split())
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    scale = limit * 2.0
+    if x.max() > scale:
+        raise ValueError(f"x must lie below {scale}, got {shown} (max {x.max() - 1.0})")
+    return x / scale
+
+
+def _message(x) -> str:
+    bad = int((x > 0).sum()) + 1
+    return f"{bad} entries"
+"""
+
+
+def test_error_messages_and_class_defaults_are_not_mutated(ops) -> None:
+    # Guards the forward target from noise: a mutant of a message (built in the function or
+    # by a function returning str) or of a dataclass default is no bug in the math. `scale`
+    # is read by the raise and by the return: still mutated.
+    mutants = ops.mutants_of("m.py", MESSAGES, ops.Scope(lambda name: True))
+    assert {m.line for m in mutants} == {8, 9, 11}
+    assert ops.message_names(ast.parse(MESSAGES).body[1]) == {"shown"}
+
+
 def test_the_same_text_twice_in_a_function_gives_two_ids(ops) -> None:
     source = "def backward(a, b):\n    c = a + b\n    return a + b\n"
     mutants = ops.mutants_of("m.py", source, ops.Scope(lambda name: True))
@@ -122,9 +157,10 @@ def write_tree(root: Path, files: dict[str, str]) -> None:
         (root / name).write_text(text)
 
 
-def test_relevant_tests_mirror_first_then_importers(mutate, tmp_path) -> None:
+def test_relevant_tests_mirror_first_then_importers(test_map, tmp_path) -> None:
     # Guards the documented mapping: mirrored files, then importers by dotted name, by a
-    # name the package re-exports, or by the subpackage; a top-level import does not count.
+    # name the package re-exports, or through the subpackage's __init__ (one import more);
+    # an import of a package whose __init__ imports nothing does not count.
     files = {
         "pkg/__init__.py": "",
         "pkg/sub/__init__.py": "from pkg.sub.mod import Thing\n",
@@ -139,7 +175,7 @@ def test_relevant_tests_mirror_first_then_importers(mutate, tmp_path) -> None:
         "tests/test_top.py": "import pkg\n",
     }
     write_tree(tmp_path, files)
-    assert mutate.relevant_tests(tmp_path, "pkg/sub/mod.py") == [
+    assert test_map.relevant_tests(tmp_path, "pkg/sub/mod.py") == [
         "tests/sub/test_mod.py",
         "tests/sub/test_mod_extra.py",
         "tests/test_direct.py",
@@ -148,7 +184,7 @@ def test_relevant_tests_mirror_first_then_importers(mutate, tmp_path) -> None:
     ]
 
 
-def test_a_helper_a_test_only_patches_still_gets_its_users_tests(mutate, tmp_path) -> None:
+def test_a_helper_a_test_only_patches_still_gets_its_users_tests(test_map, tmp_path) -> None:
     # nn/gat/v1 has no test file of its own; once a test imported it (to patch it), that
     # test became its only one and the GAT layer's tests stopped running on its mutants.
     files = {
@@ -159,15 +195,135 @@ def test_a_helper_a_test_only_patches_still_gets_its_users_tests(mutate, tmp_pat
         "tests/test_patches.py": "import pkg.helper\n",
     }
     write_tree(tmp_path, files)
-    assert mutate.relevant_tests(tmp_path, "pkg/helper.py") == [
+    assert test_map.relevant_tests(tmp_path, "pkg/helper.py") == [
         "tests/test_patches.py",
         "tests/test_layer.py",
+    ]
+
+
+def test_regression_tests_that_reach_a_module_through_another_are_relevant(
+    test_map, tmp_path
+) -> None:
+    # The map took only test files that import the module by name, so a mutant of
+    # ops/loop_fill never ran the GAT layer's or model's tests, which reach it through
+    # nn/gat/conv; the map's tests used repositories one import deep. Here a chain three
+    # deep, a relative import, a lazy one and import_module("literal"), each link counted.
+    files = {
+        "pkg/__init__.py": "",
+        "pkg/ops/__init__.py": "",
+        "pkg/ops/loop_fill.py": "FILL = 1\n",
+        "pkg/ops/other.py": "OTHER = 1\n",
+        "pkg/nn/__init__.py": "",
+        "pkg/nn/conv.py": "def f():\n    from ..ops import loop_fill\n",
+        "pkg/nn/lazy.py": "import importlib\nimportlib.import_module('pkg.ops.loop_fill')\n",
+        "pkg/models/__init__.py": "",
+        "pkg/models/gat.py": "from pkg.nn.conv import f\n",
+        "tests/ops/test_loop_fill.py": "",
+        "tests/ops/test_other.py": "from pkg.ops.other import OTHER\n",
+        "tests/nn/test_conv.py": "import pkg.nn.conv\n",
+        "tests/nn/test_lazy.py": "from pkg.nn import lazy\n",
+        "tests/models/test_gat.py": "from pkg.models.gat import f\n",
+        "tests/test_direct.py": "from pkg.ops.loop_fill import FILL\n",
+        "tests/test_helper.py": "from tests.helper import f\n",
+        "tests/helper.py": "from pkg.models.gat import f\n",
+    }
+    write_tree(tmp_path, files)
+    assert test_map.relevant_tests(tmp_path, "pkg/ops/loop_fill.py") == [
+        "tests/ops/test_loop_fill.py",  # mirrored
+        "tests/test_direct.py",  # one import
+        "tests/nn/test_conv.py",  # two, then by name
+        "tests/nn/test_lazy.py",
+        "tests/models/test_gat.py",  # three
+        "tests/test_helper.py",  # four: through a helper module of the tests
+    ]
+    assert test_map.import_distances(tmp_path, tmp_path / "tests/test_helper.py") == {
+        "tests.helper": 1,
+        "pkg.models.gat": 2,
+        "pkg.nn.conv": 3,
+        "pkg.ops.loop_fill": 4,
+    }
+
+
+def test_a_name_a_package_re_exports_leads_to_its_module_only(test_map, tmp_path) -> None:
+    # Guards the precision of the map: `from pkg import Layer` uses the module that defines
+    # Layer, not every module pkg/__init__ imports, or every test would run for every mutant.
+    files = {
+        "pkg/__init__.py": "from pkg.sub import Layer\nfrom pkg.other import Other\n",
+        "pkg/sub/__init__.py": "from .layer import Layer as Layer\n",
+        "pkg/sub/layer.py": "class Layer: ...\n",
+        "pkg/other.py": "class Other: ...\n",
+        "tests/test_uses_layer.py": "from pkg import Layer\n",
+    }
+    write_tree(tmp_path, files)
+    assert test_map.imports(tmp_path, "tests.test_uses_layer") == {"pkg.sub.layer"}
+    assert test_map.relevant_tests(tmp_path, "pkg/sub/layer.py") == ["tests/test_uses_layer.py"]
+    assert test_map.relevant_tests(tmp_path, "pkg/other.py") == []
+
+
+def test_among_equally_close_importers_the_mirror_folder_runs_first(test_map, tmp_path) -> None:
+    # Guards the speed of the order: a helper's mutant reaches its layer's tests (beside it,
+    # tests/nn/gat) before the interop tests that are as many imports away.
+    files = {
+        "pkg/__init__.py": "",
+        "pkg/nn/gat/v1.py": "X = 1\n",
+        "pkg/nn/gat/conv.py": "from pkg.nn.gat.v1 import X\n",
+        "tests/interop/test_a.py": "from pkg.nn.gat.conv import X\n",
+        "tests/nn/gat/test_conv.py": "from pkg.nn.gat.conv import X\n",
+        "tests/nn/test_empty.py": "from pkg.nn.gat.conv import X\n",
+    }
+    write_tree(tmp_path, files)
+    assert test_map.relevant_tests(tmp_path, "pkg/nn/gat/v1.py") == [
+        "tests/nn/gat/test_conv.py",
+        "tests/nn/test_empty.py",
+        "tests/interop/test_a.py",
     ]
 
 
 def test_the_sample_is_spread_round_robin(mutate) -> None:
     groups = {"b.py": [1, 2, 3], "a.py": [4, 5]}
     assert mutate._spread(groups, 4) == [4, 1, 5, 2]
+
+
+FORWARD_AND_BACKWARD = """\
+def forward(x, w):
+    y = x * w + 1.0
+    return y - x
+
+
+def forward_backward_pair(x, w):
+    return x + w
+
+
+def helper_backward(d_out, w):
+    return d_out * w - 2.0
+"""
+
+
+def test_regression_forward_code_is_mutated(mutate, tmp_path) -> None:
+    # The driver mutated only functions named *backward*, so no forward mutant ever ran;
+    # no test looked at which functions the targets reach.
+    write_tree(tmp_path, {"refimpl/ops/act.py": FORWARD_AND_BACKWARD})
+    selected = mutate.select(tmp_path)
+    functions = {(target, m.function) for target, m in selected}
+    assert functions == {
+        ("forward code", "forward"),
+        ("backward passes", "forward_backward_pair"),
+        ("backward passes", "helper_backward"),
+    }
+
+
+def test_a_files_first_forward_picks_lie_on_different_lines(mutate, tmp_path, monkeypatch) -> None:
+    # Guards "spread over files and lines": with two files and four picks, each file gives
+    # two mutants on two different lines (a file's mutants come several to a line).
+    source = "".join(f"def f{k}(x):\n    return x * {k}.5 + x - 1.0\n\n\n" for k in range(4))
+    write_tree(tmp_path, {"refimpl/ops/a.py": source, "refimpl/ops/b.py": source})
+    target = mutate.Target(
+        "forward code", ("refimpl/ops/*.py",), mutate.Scope(mutate._forward), 4, "files, then lines"
+    )
+    monkeypatch.setattr(mutate, "TARGETS", (target,))
+    selected = [m for _, m in mutate.select(tmp_path)]
+    for path in ("refimpl/ops/a.py", "refimpl/ops/b.py"):
+        assert len({m.line for m in selected if m.path == path}) == 2
 
 
 def test_kill_rate_is_over_non_equivalent_mutants(mutate, ops) -> None:
@@ -180,3 +336,40 @@ def test_kill_rate_is_over_non_equivalent_mutants(mutate, ops) -> None:
     text = mutate.report(outcomes, {"pkg/mod.py": ["tests/test_mod.py"]}, 60.0, "cmd")
     assert "**Kill rate: 2 of 3 non-equivalent mutants (66.7 %)**" in text
     assert f"`{mutants[2].id}`" in text.split("## Survivors")[1].split("##")[0]
+
+
+def test_a_run_on_some_modules_takes_the_full_runs_mutants_there(
+    mutate, tmp_path, monkeypatch
+) -> None:
+    # Guards --modules as a preview: the mutants it runs are the ones the full run samples in
+    # those files, not a new sample drawn among them alone (which would take them all here).
+    write_tree(tmp_path, {f"refimpl/ops/{name}.py": FORWARD_AND_BACKWARD for name in "abc"})
+    target = mutate.Target("forward code", ("refimpl/ops/*.py",), mutate.Scope(mutate._forward), 3)
+    monkeypatch.setattr(mutate, "TARGETS", (target,))
+    full = mutate.select(tmp_path)
+    assert len(full) == 3
+    assert mutate.select(tmp_path, ["refimpl/ops/b.py"]) == [
+        s for s in full if s[1].path == "refimpl/ops/b.py"
+    ]
+
+
+def test_tests_run_first_file_alone_and_a_crash_kills(mutate, tmp_path) -> None:
+    # Guards run_tests: the first file runs alone (a failure there ends the run before the
+    # rest is even collected), and a test process killed by a signal (a compiled kernel
+    # reading out of bounds) counts as detecting the mutant, not as an error.
+    collected = tmp_path / "collected"
+    files = {
+        "tests/test_fails.py": "def test_fails():\n    assert False\n",
+        "tests/test_passes.py": "def test_passes():\n    pass\n",
+        "tests/test_marks.py": f"open({str(collected)!r}, 'w').close()\n\n\n"  # when collected
+        "def test_nothing():\n    pass\n",
+        "tests/test_crashes.py": "import os, signal\n\n\ndef test_crash():\n"
+        "    os.kill(os.getpid(), signal.SIGSEGV)\n",
+    }
+    write_tree(tmp_path, files)
+    status, _, _ = mutate.run_tests(tmp_path, ["tests/test_fails.py", "tests/test_marks.py"], 60)
+    assert status == "killed" and not collected.exists()
+    status, _, _ = mutate.run_tests(tmp_path, ["tests/test_passes.py", "tests/test_marks.py"], 60)
+    assert status == "survived" and collected.exists()
+    status, _, _ = mutate.run_tests(tmp_path, ["tests/test_passes.py", "tests/test_crashes.py"], 60)
+    assert status == "killed"

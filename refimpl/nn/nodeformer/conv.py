@@ -66,7 +66,6 @@ added here): :mod:`refimpl.nn.nodeformer.kernel_attention`.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -75,7 +74,7 @@ import numpy as np
 from refimpl.backend import asarray, backend_name, get_array_module
 from refimpl.fields import check_bool, check_nonnegative_number, check_positive_int
 from refimpl.graph import Graph, with_configured_self_loops
-from refimpl.nn.attention_common import project, project_backward
+from refimpl.nn.attention_common import glorot, project, project_backward
 from refimpl.nn.nodeformer.kernel_attention import KernelizedSoftmax
 from refimpl.nn.nodeformer.random_features import (
     PROJECTION_KINDS,
@@ -178,8 +177,7 @@ class NodeFormerConv:
         params = {}
         for name, shape in self.param_shapes().items():
             if name.startswith("W_"):
-                bound = math.sqrt(6.0 / (shape[0] + shape[1]))
-                value = rng.uniform(-bound, bound, size=shape)
+                value = glorot(rng, shape, shape)  # fan (out, in): the same draws
             elif name == "b_rel":
                 value = np.full(shape, 0.1 if self.relational_bias == "sigmoid" else 1.0)
             else:

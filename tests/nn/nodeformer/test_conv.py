@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from refimpl import Graph
 from refimpl.backend import asarray, backend_name, get_array_module, to_numpy
+from refimpl.nn.attention_common import project, project_backward
 from refimpl.nn.nodeformer import kernel_attention, random_features
 from refimpl.nn.nodeformer.all_pair_softmax import AllPairSoftmax
 from refimpl.nn.nodeformer.conv import NodeFormerConv
@@ -452,6 +453,38 @@ def test_power_graphs_of_a_lower_order_reuse_the_cached_powers() -> None:
     highest = power_graphs(path, 4)
     for order in (1, 2, 3):
         assert power_graphs(path, order) == highest[:order]
+
+
+@pytest.mark.parametrize(("relational_bias", "constant"), [("sigmoid", 0.1), ("identity", 1.0)])
+def test_init_params_as_the_codes_reset_parameters(relational_bias: str, constant: float) -> None:
+    # Glorot-uniform W, U(-a, a) with a = sqrt(6 / (out + in)): all inside, some within 5 %
+    # of a (P(none of n >= 1800 draws) = 0.95^n < 1e-40); zero biases; b_rel the constant.
+    conv = NodeFormerConv(40, 30, heads=2, relational_bias=relational_bias, rb_order=2)
+    params = conv.init_params(np.random.default_rng(0))
+    for name, value in params.items():
+        if name.startswith("W_"):
+            bound = np.sqrt(6.0 / sum(value.shape))
+            assert 0.95 * bound <= np.abs(value).max() <= bound, name
+        elif name == "b_rel":
+            np.testing.assert_array_equal(value, np.full((2, 2), constant))
+        else:
+            assert not np.any(value), name
+
+
+@pytest.mark.parametrize("factor", [0.1, 2.0])
+def test_projection_factors_scale_the_maps_and_their_gradients(factor: float) -> None:
+    # The layer folds s into W_q, b_q, W_k, b_k, and the authors' edge loss s / sqrt(tau),
+    # which is 0.1 at tau = 100: every factor is applied, however it compares with 1.
+    rng = np.random.default_rng(3)
+    params = {"W_q": rng.standard_normal((4, 3)), "b_q": rng.standard_normal(4)}
+    x, d_y = rng.standard_normal((5, 3)), rng.standard_normal((5, 4))
+    (y,) = project(params, "q", x, True, (factor,))
+    assert max_relative_error(y, factor * (x @ params["W_q"].T + params["b_q"])) <= RTOL64
+    d_params: dict[str, np.ndarray] = {}
+    d_x = project_backward(params, "q", x, [d_y], d_params, True, factors=(factor,))
+    assert max_relative_error(d_params["W_q"], factor * d_y.T @ x) <= RTOL64
+    assert max_relative_error(d_params["b_q"], factor * d_y.sum(axis=0)) <= RTOL64
+    assert max_relative_error(d_x, factor * d_y @ params["W_q"]) <= RTOL64
 
 
 def test_rb_powers_agree_at_order_one() -> None:

@@ -16,6 +16,7 @@ from refimpl.backend import asarray, backend_name, get_array_module, to_numpy
 from refimpl.nn.nodeformer.random_features import (
     PositiveRandomFeatures,
     draw_projection,
+    feature_exponent,
     feature_exponent_backward,
     positive_random_features,
 )
@@ -227,6 +228,20 @@ def test_stabilised_features_stay_finite_where_eq4_overflows(stabilizer: str) ->
     assert np.all(np.isfinite(phi)) and phi.max() == 1 / math.sqrt(6)
     d_x, _ = block.backward({}, cache, np.ones_like(phi))
     assert np.all(np.isfinite(d_x))
+
+
+@pytest.mark.parametrize("scale", [0.1, 0.5, 1.0, 2.0])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_feature_exponent_at_a_scale_is_eq4s_exponent_of_s_x(
+    scale: float, transposed: bool
+) -> None:
+    # a(s x) = w^T (s x) - ||s x||^2 / 2, computed without forming s x: every scale applied,
+    # 1.0 (the unscaled path) and 0.1 = 1 / sqrt(100) (tau = 100) among them.
+    rng = np.random.default_rng(4)
+    x, omega = rng.standard_normal((5, 3)), rng.standard_normal((7, 3))
+    expected = (scale * x) @ omega.T - 0.5 * np.sum((scale * x) ** 2, axis=1, keepdims=True)
+    got = feature_exponent(x, omega, scale, transposed=transposed)
+    assert max_relative_error(got.T if transposed else got, expected) <= RTOL64
 
 
 # -- the projection draw --------------------------------------------------------------------------
