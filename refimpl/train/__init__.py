@@ -1,6 +1,6 @@
 """Training: the node-level loop, the graph-level loop, checkpoints, and runs over several seeds."""
 
-from refimpl.train.checkpoint import load_checkpoint, save_checkpoint
+from refimpl.train.checkpoint import Checkpoint, load_checkpoint, read_checkpoint, save_checkpoint
 from refimpl.train.experiment import format_summary, mean_ci95, run_seeds, summarize
 from refimpl.train.graph_level import GraphRunResult, GraphTrainConfig, train_graph_model
 from refimpl.train.loop import (
@@ -12,6 +12,7 @@ from refimpl.train.loop import (
 )
 
 __all__ = [
+    "Checkpoint",
     "GraphRunResult",
     "GraphTrainConfig",
     "RunResult",
@@ -20,6 +21,7 @@ __all__ = [
     "format_summary",
     "load_checkpoint",
     "mean_ci95",
+    "read_checkpoint",
     "relative_grad_norms",
     "run_seeds",
     "save_checkpoint",

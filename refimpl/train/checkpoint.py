@@ -1,4 +1,5 @@
-"""Atomic ``.npz`` checkpoints (no pickle): parameters, optimiser state, RNG state, progress.
+"""Atomic ``.npz`` checkpoints (no pickle): parameters, model state, optimiser state, RNG state,
+progress.
 
 Layout of a checkpoint file (every entry a plain array; ``numpy.load(...,
 allow_pickle=False)`` reads it):
@@ -7,6 +8,8 @@ allow_pickle=False)`` reads it):
 key                    content
 =====================  =====================================================
 ``param/<name>``       model parameters, keyed as in the model
+``state/<name>``       the model's state that is not a parameter (BatchNorm's running
+                       statistics, ``model.init_state()``); absent where it has none
 ``opt/<key>``          optimiser state (``refimpl.optim``), e.g. ``opt/step``
 ``rng_state``          JSON of ``Generator.bit_generator.state`` (0-d str)
 ``progress``           JSON of the loop's bookkeeping: epoch, best model (0-d str)
@@ -22,14 +25,24 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from refimpl.backend import to_numpy
 from refimpl.files import atomic_write, read_npz
 
-__all__ = ["atomic_savez", "load_checkpoint", "save_checkpoint"]
+__all__ = ["Checkpoint", "atomic_savez", "load_checkpoint", "read_checkpoint", "save_checkpoint"]
+
+
+class Checkpoint(NamedTuple):
+    """What a checkpoint holds (host arrays), as :func:`read_checkpoint` returns it."""
+
+    params: dict[str, np.ndarray]
+    opt_state: dict[str, np.ndarray]
+    rng_state: dict[str, Any]
+    progress: dict[str, Any]
+    model_state: dict[str, np.ndarray]  # empty for a model without state
 
 
 def atomic_savez(path: str | os.PathLike, arrays: dict[str, Any]) -> None:
@@ -44,9 +57,11 @@ def save_checkpoint(
     opt_state: dict[str, Any],
     rng: np.random.Generator,
     progress: dict[str, Any],
+    model_state: dict[str, Any] | None = None,
 ) -> None:
     """Write one checkpoint (see the module docstring for the layout)."""
     arrays: dict[str, Any] = {f"param/{k}": v for k, v in params.items()}
+    arrays.update({f"state/{k}": v for k, v in (model_state or {}).items()})
     arrays.update({f"opt/{k}": v for k, v in opt_state.items()})
     arrays["rng_state"] = np.array(json.dumps(rng.bit_generator.state))
     arrays["progress"] = np.array(json.dumps(progress))
@@ -56,10 +71,16 @@ def save_checkpoint(
 def load_checkpoint(
     path: str | os.PathLike,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Any], dict[str, Any]]:
-    """Read a checkpoint: ``(params, opt_state, rng_state, progress)`` (host arrays).
+    """Read a checkpoint: ``(params, opt_state, rng_state, progress)`` (host arrays), checked
+    as :func:`read_checkpoint` checks it; the model state is left out."""
+    return read_checkpoint(path)[:4]
+
+
+def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
+    """Read a checkpoint whole, model state included (:class:`Checkpoint`).
 
     Read through :func:`refimpl.files.read_npz` (plain arrays only, sizes bounded by the
-    file), and every field checked: parameters are finite floating arrays, optimiser
+    file), and every field checked: parameters and model state are finite floating arrays, optimiser
     entries finite numeric arrays (``step`` a 0-d integer >= 0), ``rng_state`` a state
     NumPy's generator accepts, ``progress`` an epoch count >= 0 with the best epoch before
     it. Anything else is one ``ValueError`` naming the file and the field.
@@ -76,12 +97,14 @@ def load_checkpoint(
         raise ValueError(f"{path} is not a refimpl checkpoint (unexpected entries {unknown})")
     params = {k.removeprefix("param/"): v for k, v in arrays.items() if k.startswith("param/")}
     opt_state = {k.removeprefix("opt/"): v for k, v in arrays.items() if k.startswith("opt/")}
-    for name, value in params.items():
-        if value.dtype.kind != "f" or not np.isfinite(value).all():
-            raise ValueError(
-                f"{path}: parameter {name} must be a finite floating array, got "
-                f"{value.dtype}{value.shape}{'' if value.dtype.kind != 'f' else ' with NaN/inf'}"
-            )
+    state = {k.removeprefix("state/"): v for k, v in arrays.items() if k.startswith("state/")}
+    for kind, entries in (("parameter", params), ("model state entry", state)):
+        for name, value in entries.items():
+            if value.dtype.kind != "f" or not np.isfinite(value).all():
+                raise ValueError(
+                    f"{path}: {kind} {name} must be a finite floating array, got {value.dtype}"
+                    f"{value.shape}{'' if value.dtype.kind != 'f' else ' with NaN/inf'}"
+                )
     for name, value in opt_state.items():
         if value.dtype.kind not in "fiu":
             raise ValueError(f"{path}: optimiser entry {name} has dtype {value.dtype}")
@@ -98,15 +121,11 @@ def load_checkpoint(
         np.random.default_rng().bit_generator.state = rng_state
     except (TypeError, ValueError, KeyError, OverflowError) as err:  # -1 overflows uint64
         raise ValueError(f"{path}: rng_state is not a PCG64 generator state ({err})") from err
-    return (
-        params,
-        opt_state,
-        rng_state,
-        _checked_progress(path, _json_field(path, arrays, "progress")),
-    )
+    progress = _checked_progress(path, _json_field(path, arrays, "progress"))
+    return Checkpoint(params, opt_state, rng_state, progress, state)
 
 
-_PREFIXES = ("param/", "opt/")
+_PREFIXES = ("param/", "opt/", "state/")
 _FIX_HINT = "pass the checkpoint.npz of a refimpl run"
 
 

@@ -23,7 +23,7 @@ One epoch:
 
 Determinism: parameters from ``default_rng([seed, 0])``; the permutations,
 sign flips and dropout masks, in that order per batch, from ``default_rng([seed,
-1])``. A run resumed from a checkpoint (parameters, optimiser state, that
+1])``. A run resumed from a checkpoint (parameters, model state, optimiser state, that
 generator, the best epoch) ends bit-identical to one never interrupted.
 Positional encodings are computed once per dataset (``laplacian_pe``).
 """
@@ -115,9 +115,11 @@ class GraphRunResult:
     epochs_run: int
     final_train_loss: float
     params: dict[str, Any] = field(repr=False)  # final parameters
+    # final state beside them (BatchNorm's running statistics); empty for a model without
+    model_state: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if k != "params"}
+        return {k: v for k, v in asdict(self).items() if k not in ("params", "model_state")}
 
 
 class _Split:
@@ -154,10 +156,18 @@ class _Split:
         return self._eval_batches[1]
 
 
-def _inputs(model: Any, batch: GraphBatch, pe: Any, dtype: Any) -> dict[str, Any]:
+def _init_state(model: Any, dtype: Any) -> dict[str, Any]:
+    """The model's initial state beside its parameters (``model.init_state``), or none."""
+    init_state = getattr(model, "init_state", None)
+    return {} if init_state is None else init_state(dtype=dtype)
+
+
+def _inputs(
+    model: Any, batch: GraphBatch, pe: Any, dtype: Any, model_state: dict[str, Any]
+) -> dict[str, Any]:
     """The model's forward arguments for one batch, in the training dtype."""
     edge_attr = batch.edge_attr.astype(dtype) if model.edge_dim is not None else None
-    return {
+    inputs = {
         "x": batch.x.astype(dtype),
         "graph": batch.graph,
         "edge_attr": edge_attr,
@@ -165,11 +175,15 @@ def _inputs(model: Any, batch: GraphBatch, pe: Any, dtype: Any) -> dict[str, Any
         "batch": batch.batch,
         "num_graphs": batch.num_graphs,
     }
+    if model_state:
+        inputs["state"] = model_state
+    return inputs
 
 
 def _evaluate(
     model: Any,
     params: dict[str, Any],
+    model_state: dict[str, Any],
     split: _Split,
     multi_label: bool,
     batch_size: int,
@@ -178,7 +192,7 @@ def _evaluate(
     """Mean absolute error (regression) or macro ROC-AUC (multi-label) over a split."""
     outputs, targets = [], []
     for batch, pe in split.eval_batches(batch_size):
-        inputs = _inputs(model, batch, pe, split.dtype)
+        inputs = _inputs(model, batch, pe, split.dtype, model_state)
         out, _ = checked_forward(model, params, epoch, **inputs)
         outputs.append(np.asarray(out, dtype=np.float64))
         targets.append(batch.y)
@@ -201,7 +215,8 @@ def train_graph_model(
 ) -> GraphRunResult:
     """Train ``model`` (a graph-level model such as ``refimpl.models.GraphTransformer``) on
     ``train``, selecting on ``val``; see the module docstring. ``out_dir`` receives
-    ``log.jsonl``, ``final.npz``, ``summary.json`` and, with ``checkpoint_every``,
+    ``log.jsonl``, ``final.npz`` (and ``final_state.npz`` for a model with state),
+    ``summary.json`` and, with ``checkpoint_every``,
     ``checkpoint.npz``, which ``resume`` continues from (written training on the same
     splits: :func:`refimpl.train.resume.data_fingerprint`). ``out_dir`` is locked for the run
     (:func:`refimpl.train.run_lock.run_folder_lock`): another process writing it is refused."""
@@ -236,6 +251,7 @@ def _train(
     }
     optimizer = make_optimizer("adam", lr=config.lr, weight_decay=config.weight_decay)
     params = model.init_params(np.random.default_rng([config.seed, 0]), dtype=dtype)
+    model_state = _init_state(model, dtype)  # BatchNorm's running statistics; {} without
     opt_state = optimizer.init(params)
     rng = np.random.default_rng([config.seed, 1])
     best = {"epoch": -1, "val": math.nan, "test": math.nan}
@@ -243,8 +259,8 @@ def _train(
     keeps_state = out is not None and config.checkpoint_every
     fingerprint = data_fingerprint(*data) if keeps_state or resume is not None else None
     if resume is not None:
-        params, opt_state, start, best, train_loss = restore_checkpoint(
-            resume, params, optimizer, rng, config.epochs, fingerprint
+        params, opt_state, start, best, train_loss, model_state = restore_checkpoint(
+            resume, params, optimizer, rng, config.epochs, fingerprint, model_state
         )
     if out is not None:
         truncate_log(out, start)
@@ -264,10 +280,12 @@ def _train(
             # 2 sign flip, forward, loss, backward, step
             if pe is not None and config.sign_flip:
                 pe, _ = random_sign_flip(pe, rng)
-            inputs = _inputs(model, batch, pe, dtype)
+            inputs = _inputs(model, batch, pe, dtype, model_state)
             out_batch, cache = checked_forward(
                 model, params, epoch, **inputs, training=True, rng=rng
             )
+            if model_state:  # the running statistics this batch updated (BatchNorm)
+                model_state = cache.state
             y = asarray(batch.y, dtype=dtype)
             loss, loss_cache = loss_block.forward({}, out_batch, y)
             d_out, _ = loss_block.backward({}, loss_cache, 1.0)
@@ -280,7 +298,9 @@ def _train(
         train_loss = weighted_loss / len(train)
         # 3-4 evaluate and select
         scores = {
-            name: _evaluate(model, params, splits[name], multi_label, config.eval_batch_size, epoch)
+            name: _evaluate(
+                model, params, model_state, splits[name], multi_label, config.eval_batch_size, epoch
+            )
             if len(splits[name].dataset)
             else math.nan
             for name in ("val", "test")
@@ -295,9 +315,9 @@ def _train(
                 stream.write(strict_json(record) + "\n")  # NaN (an empty split) as null
             last = epoch + 1 == config.epochs  # a finished run can be extended from here
             if config.checkpoint_every and ((epoch + 1) % config.checkpoint_every == 0 or last):
-                state = {"epoch": epoch + 1, "best": best, "train_loss": train_loss}
-                state["data"] = fingerprint
-                save_checkpoint(out / "checkpoint.npz", params, opt_state, rng, state)
+                saved = {"epoch": epoch + 1, "best": best, "train_loss": train_loss}
+                saved["data"] = fingerprint
+                save_checkpoint(out / "checkpoint.npz", params, opt_state, rng, saved, model_state)
         if progress:
             epochs.set_postfix(loss=f"{train_loss:.4f}", val=f"{scores['val']:.4f}")
     if progress:
@@ -311,8 +331,11 @@ def _train(
         epoch + 1,
         train_loss,
         params,
+        model_state,
     )
     if out is not None:
         atomic_savez(out / "final.npz", params)
+        if model_state:  # the statistics evaluation normalises with, beside the parameters
+            atomic_savez(out / "final_state.npz", model_state)
         write_json(out / "summary.json", result.as_dict())
     return result

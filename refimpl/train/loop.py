@@ -212,7 +212,7 @@ def _train(
     keeps_state = out is not None and config.checkpoint_every
     fingerprint = data_fingerprint(dataset) if keeps_state or resume is not None else None
     if resume is not None:
-        params, opt_state, start, best, train_loss = restore_checkpoint(
+        params, opt_state, start, best, train_loss, _ = restore_checkpoint(
             resume, params, optimizer, dropout_rng, config.epochs, fingerprint
         )
     if out is not None:

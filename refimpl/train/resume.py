@@ -18,7 +18,7 @@ import numpy as np
 
 from refimpl.backend import asarray, backend_name, get_array_module, to_numpy
 from refimpl.files import atomic_write
-from refimpl.train.checkpoint import load_checkpoint
+from refimpl.train.checkpoint import read_checkpoint
 from refimpl.train.records import strict_json
 from refimpl.train.run_folder import read_log
 
@@ -74,11 +74,14 @@ def restore_checkpoint(
     rng: np.random.Generator,
     epochs: int,
     fingerprint: str | None = None,
+    model_state: dict | None = None,
 ) -> tuple:
-    """The state saved in the checkpoint at ``path``, checked against the model, the optimiser,
-    the run's length and (``fingerprint``, when the checkpoint records one) the data:
-    ``(params, opt_state, epoch, best, train_loss)``; ``rng`` is set to the saved state."""
-    saved_params, saved_opt, rng_state, progress = load_checkpoint(path)
+    """The state saved in the checkpoint at ``path``, checked against the model (its
+    ``params`` and, for a model with state, ``model_state``: BatchNorm's running statistics),
+    the optimiser, the run's length and (``fingerprint``, when the checkpoint records one) the
+    data: ``(params, opt_state, epoch, best, train_loss, model_state)``; ``rng`` is set to the
+    saved state."""
+    saved_params, saved_opt, rng_state, progress, saved_state = read_checkpoint(path)
     saved_data = progress.get("data")
     if fingerprint is not None and saved_data is not None and saved_data != fingerprint:
         raise ValueError(
@@ -86,33 +89,44 @@ def restore_checkpoint(
             f"{str(saved_data)[:12]}...) than given now ({fingerprint[:12]}...): resume on the "
             "run's own data, or start a new run"
         )
-    if list(saved_params) != list(params):
-        raise ValueError(
-            f"checkpoint {path} holds parameters {list(saved_params)} but the model has "
-            f"{list(params)}; resume with the same model configuration"
-        )
-    for name, value in saved_params.items():
-        if value.shape != params[name].shape or value.dtype != params[name].dtype:
-            raise ValueError(
-                f"checkpoint {path}: {name} is {value.dtype}{value.shape}, the model expects "
-                f"{params[name].dtype}{params[name].shape}; "
-                "resume with the same model configuration"
-            )
+    model_state = model_state or {}
+    for kind, saved, expected in (
+        ("parameters", saved_params, params),
+        ("model state", saved_state, model_state),
+    ):
+        _check_entries(path, kind, saved, expected)
     if progress["epoch"] > epochs:
         raise ValueError(
             f"checkpoint {path} is at epoch {progress['epoch']}, past the {epochs} epochs asked "
             f"for; pass --epochs {progress['epoch']} or more"
         )
-    restored = {
-        k: asarray(v, backend=backend_name(get_array_module(params[k])))
-        for k, v in saved_params.items()
-    }
+    restored, restored_state = (
+        {k: asarray(v, backend=backend_name(get_array_module(like[k]))) for k, v in saved.items()}
+        for saved, like in ((saved_params, params), (saved_state, model_state))
+    )
     try:  # keys, shapes and dtypes against the parameters, moved to their backend
         restored_opt = optimizer.load_state(saved_opt, restored)
     except (TypeError, ValueError) as err:
         raise ValueError(f"checkpoint {path}: optimiser state does not fit: {err}") from err
     rng.bit_generator.state = rng_state
-    return restored, restored_opt, progress["epoch"], progress["best"], progress["train_loss"]
+    epoch, best, train_loss = progress["epoch"], progress["best"], progress["train_loss"]
+    return restored, restored_opt, epoch, best, train_loss, restored_state
+
+
+def _check_entries(path: Any, kind: str, saved: dict, expected: dict) -> None:
+    """The checkpoint's ``kind`` entries have the model's names, in order, shapes and dtypes."""
+    if list(saved) != list(expected):
+        raise ValueError(
+            f"checkpoint {path} holds {kind} {list(saved)} but the model has "
+            f"{list(expected)}; resume with the same model configuration"
+        )
+    for name, value in saved.items():
+        if value.shape != expected[name].shape or value.dtype != expected[name].dtype:
+            raise ValueError(
+                f"checkpoint {path}: {name} is {value.dtype}{value.shape}, the model expects "
+                f"{expected[name].dtype}{expected[name].shape}; "
+                "resume with the same model configuration"
+            )
 
 
 def truncate_log(out: Path, start: int) -> None:

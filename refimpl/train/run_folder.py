@@ -57,6 +57,7 @@ RUN_OUTPUTS = frozenset(
         "log.jsonl",
         "checkpoint.npz",
         "final.npz",
+        "final_state.npz",
         "initial.npz",
         "best.npz",
         "summary.json",

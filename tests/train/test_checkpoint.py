@@ -15,7 +15,15 @@ import pytest
 from refimpl.cli import main
 from refimpl.data import contextual_sbm
 from refimpl.models import GAT
-from refimpl.train import TrainConfig, load_checkpoint, train_model
+from refimpl.optim import make_optimizer
+from refimpl.train import (
+    TrainConfig,
+    load_checkpoint,
+    read_checkpoint,
+    save_checkpoint,
+    train_model,
+)
+from refimpl.train.resume import restore_checkpoint
 
 RUN = ["train", "--no-progress", "--hidden", "4", "--epochs", "3", "--checkpoint-every", "3"]
 
@@ -72,6 +80,15 @@ TAMPERED = {
         r"parameter layer0\.W_s must be a finite floating",
     ),
     "nan parameter": (put("param/layer0.W_s", np.full((4, 4), np.nan)), r"with NaN/inf"),
+    # model state (BatchNorm's running statistics) is held to the parameters' standard
+    "nan model state": (
+        put("state/layer0.node.norm1.running_var", np.full(4, np.nan)),
+        r"model state entry layer0\.node\.norm1\.running_var must be a finite floating",
+    ),
+    "integer model state": (
+        put("state/norm.running_mean", np.zeros(4, np.int64)),
+        r"model state entry norm\.running_mean must be a finite floating",
+    ),
     "string optimiser entry": (put("opt/step", "3"), r"optimiser entry step has dtype"),
     # issue 33: inf in the optimiser's state was accepted, and the first step made NaN
     "inf optimiser moment": (
@@ -217,3 +234,29 @@ def test_a_negative_second_moment_in_the_adam_state_is_refused(saved: dict) -> N
     state["v.layer0.W_s"] = -np.abs(state["v.layer0.W_s"]) - 1.0
     with pytest.raises(ValueError, match=r"state\['v\.layer0\.W_s'\] holds negative second"):
         Adam(lr=0.01).load_state(state, params)
+
+
+def test_model_state_round_trips_and_a_resume_checks_it_against_the_model(tmp_path: Path) -> None:
+    # A model with state beside its parameters (BatchNorm's running statistics) must resume
+    # with the statistics it had, not fresh ones: they are saved as state/<name> and checked
+    # against the model's own names, shapes and dtypes on resume.
+    params = {"W": np.arange(6.0).reshape(2, 3)}
+    state = {"norm.running_mean": np.array([0.5, -1.0]), "norm.running_var": np.array([2.0, 3.0])}
+    optimizer = make_optimizer("adam", lr=0.1)
+    rng = np.random.default_rng(3)
+    progress = {"epoch": 2, "best": {"epoch": 1, "val": 0.5}, "train_loss": 1.0}
+    path = tmp_path / "checkpoint.npz"
+    save_checkpoint(path, params, optimizer.init(params), rng, progress, state)
+    read = read_checkpoint(path)
+    assert list(read.model_state) == list(state)
+    for name, value in state.items():
+        np.testing.assert_array_equal(read.model_state[name], value)
+    assert len(load_checkpoint(path)) == 4  # the four-part reader is unchanged
+    fresh = {name: np.zeros_like(value) for name, value in state.items()}
+    restored = restore_checkpoint(path, params, optimizer, np.random.default_rng(), 5, None, fresh)
+    np.testing.assert_array_equal(restored[5]["norm.running_var"], state["norm.running_var"])
+    with pytest.raises(ValueError, match=r"holds model state .* but the model has \[\]"):
+        restore_checkpoint(path, params, optimizer, np.random.default_rng(), 5, None, None)
+    wider = {name: np.zeros(3) for name in state}
+    with pytest.raises(ValueError, match=r"norm\.running_mean is float64\(2,\), the model"):
+        restore_checkpoint(path, params, optimizer, np.random.default_rng(), 5, None, wider)
