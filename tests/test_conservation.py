@@ -28,7 +28,7 @@ from refimpl.neurons import (
     scale_outgoing,
 )
 from refimpl.ops.losses import SoftmaxCrossEntropy
-from tests.strategies import graphs, seeds
+from refimpl.testing.strategies import graphs, seeds
 
 
 def _case(graph, seed, **options):

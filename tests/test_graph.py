@@ -17,8 +17,8 @@ from refimpl.backend import array_module, asarray, to_numpy
 from refimpl.kernels.segment import Segments
 from refimpl.nn import GATConv
 from refimpl.testing import strict
+from refimpl.testing.strategies import graphs
 from refimpl.testing.strict import StrictArray
-from tests.strategies import graphs
 
 
 def _edges(graph: Graph) -> list[tuple[int, int]]:

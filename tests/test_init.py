@@ -20,7 +20,7 @@ from refimpl.diagnostics import balancedness
 from refimpl.init import INITIALISERS, balance, orthogonal
 from refimpl.models import GAT
 from refimpl.neurons import incoming_sums, layer_structure
-from tests.strategies import seeds
+from refimpl.testing.strategies import seeds
 
 ATTENTION_DRAWN = {"xavier", "xavier_normal", "Xav"}  # every other scheme zeroes attention
 IDENTITY_FAMILY = {"identity", "ll_identity", "Bal_identity", "Bal_LLidentity"}

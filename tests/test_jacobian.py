@@ -30,8 +30,8 @@ from refimpl.nn.lipschitz.multi_head_attention import (
 )
 from refimpl.testing import max_relative_error
 from refimpl.testing import strict as strict_xp
+from refimpl.testing.strategies import seeds
 from refimpl.testing.tolerances import FORWARD_RTOL, GRADCHECK_RTOL
-from tests.strategies import seeds
 
 RTOL64 = FORWARD_RTOL[np.dtype(np.float64)]
 

@@ -31,8 +31,8 @@ from refimpl.nn.lipschitz.score_norms import (
     transformer_norm_jvp,
 )
 from refimpl.testing import max_relative_error
+from refimpl.testing.strategies import seeds
 from refimpl.testing.tolerances import FORWARD_RTOL, GRADCHECK_RTOL
-from tests.strategies import seeds
 
 CHECK_IDS = [i for i in REGISTRY if i.startswith("lipschitz.")]
 FAST = 4

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from refimpl.backend import asarray
 from refimpl.metrics import accuracy, roc_auc
+from refimpl.testing.strategies import seeds
 from tests.backends import DEVICE_BACKENDS
-from tests.strategies import seeds
 
 
 @st.composite

@@ -26,8 +26,8 @@ from refimpl.neurons import (
     scale_outgoing,
 )
 from refimpl.testing import max_relative_error
+from refimpl.testing.strategies import graphs, seeds
 from refimpl.testing.tolerances import FORWARD_RTOL
-from tests.strategies import graphs, seeds
 
 RTOL64 = FORWARD_RTOL[np.dtype(np.float64)]
 LAMBDA = 2.7

@@ -15,9 +15,9 @@ from refimpl import optim
 from refimpl.backend import asarray, to_numpy
 from refimpl.optim import OPTIMIZERS, SGD, Adam, NonFiniteUpdate, make_optimizer
 from refimpl.testing import FORWARD_RTOL, max_relative_error
+from refimpl.testing.strategies import seeds
 from refimpl.validation import NonFiniteError
 from tests.backends import DEVICE_BACKENDS
-from tests.strategies import seeds
 
 # Against torch.optim in float64 over 60 steps. The two sides run the same ops in
 # the same order except where ATen fuses a multiply-add (lerp, add with alpha):

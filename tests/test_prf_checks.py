@@ -26,7 +26,7 @@ from proofs_check.prf import gumbel as prf_gumbel
 from proofs_check.registry import DEFAULT_CASES, REGISTRY, Context
 from refimpl.nn.nodeformer.kernel_attention import KernelizedSoftmax
 from refimpl.nn.nodeformer.random_features import draw_projection, positive_random_features
-from tests.strategies import seeds
+from refimpl.testing.strategies import seeds
 
 CHECK_IDS = [i for i in REGISTRY if i.startswith("prf.")]
 FAST = 4

@@ -24,7 +24,7 @@ from proofs_check.errata import ERRATA
 from proofs_check.registry import Record, WorstCase, check, margin_of
 from refimpl.backend import to_numpy
 from refimpl.kernels.segment import segment_softmax
-from tests.strategies import graphs, seeds
+from refimpl.testing.strategies import graphs, seeds
 
 RECORD_TYPES = {
     "id": str,

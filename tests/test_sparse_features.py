@@ -21,10 +21,10 @@ from refimpl.nn import GATConv
 from refimpl.ops.dropout import Dropout
 from refimpl.ops.linear import Linear
 from refimpl.testing import check_gradients, relative_errors
+from refimpl.testing.strategies import seeds
 from refimpl.testing.tolerances import GRADCHECK_RTOL
 from refimpl.validation import NonFiniteError
 from tests.backends import DEVICE_BACKENDS
-from tests.strategies import seeds
 
 RTOL = 1e-12  # float64: a sparse product and BLAS add the same terms in other orders
 

@@ -21,8 +21,8 @@ from refimpl.ops.dropout import Dropout
 from refimpl.ops.linear import Linear
 from refimpl.ops.losses import BCEWithLogits, L1Loss, MSELoss, SoftmaxCrossEntropy
 from refimpl.ops.pooling import GlobalPool
+from refimpl.testing.strategies import seeds
 from refimpl.validation import NonFiniteError, check_cotangent, check_finite, check_scalar_cotangent
-from tests.strategies import seeds
 
 
 @given(

@@ -1,6 +1,8 @@
 """Cross-checking other implementations: PyTorch Geometric parameter conversion, a PyG module
 checked in one call, golden vectors, ``refimpl crosscheck`` files, and the tensor-by-tensor
-comparison they all print."""
+comparison they all print. The differential property test, a layer checked on every small graph
+Hypothesis draws, is :mod:`refimpl.interop.differential` (imported on its own: it needs
+Hypothesis)."""
 
 from refimpl.interop.compare import Comparison, TensorComparison, compare_tensors
 from refimpl.interop.crosscheck import (

@@ -29,7 +29,7 @@ import numpy as np
 from refimpl.interop.compare import Comparison, host_array
 from refimpl.interop.crosscheck import CrosscheckError, crosscheck_arrays, graph_of
 
-__all__ = ["check_pyg_module", "pyg_config"]
+__all__ = ["check_pyg_module", "pyg_config", "pyg_module_arrays"]
 
 # PyG's constructor arguments refimpl reads, per class (the rest must keep their defaults).
 _ARGUMENTS = {
@@ -125,6 +125,24 @@ def check_pyg_module(
         not exist, a sparse adjacency of the wrong shape or with duplicate entries, or
         inputs PyG's module itself fails on.
     """
+    arrays = pyg_module_arrays(module, x, edge_index, edge_attr, cotangent=cotangent, seed=seed)
+    name = json.loads(arrays["config"])["layer"]
+    return crosscheck_arrays(arrays, rtol, source=f"PyG {name}")
+
+
+def pyg_module_arrays(
+    module: Any,
+    x: Any,
+    edge_index: Any,
+    edge_attr: Any = None,
+    *,
+    cotangent: Any = None,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The crosscheck file's entries (:mod:`refimpl.interop.crosscheck`) of ``module`` run on
+    these inputs, as :func:`check_pyg_module` compares them: ``numpy.savez(path, **arrays)``
+    writes the file ``refimpl crosscheck`` reads. Arguments and errors as
+    :func:`check_pyg_module`'s."""
     import torch
 
     config = pyg_config(module)
@@ -174,7 +192,7 @@ def check_pyg_module(
     arrays.update(
         {f"grad/param/{k}": _gradient(p) for k, p in parameters.items() if p.requires_grad}
     )
-    return crosscheck_arrays(arrays, rtol, source=f"PyG {name}")
+    return arrays
 
 
 def _features(x: Any) -> list[np.ndarray]:

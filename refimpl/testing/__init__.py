@@ -1,5 +1,6 @@
 """Tools for checking implementations: gradient checks, tolerances, rounding estimates, the strict
-backend."""
+backend, and Hypothesis strategies for graph layers (:mod:`refimpl.testing.strategies`, imported
+on its own: it needs Hypothesis, the ``test`` extra)."""
 
 from refimpl.testing.gradcheck import (
     GradCheckReport,

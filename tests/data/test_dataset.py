@@ -9,7 +9,7 @@ from hypothesis import given
 
 from refimpl import Graph
 from refimpl.data import NodeDataset, coalesce, edge_homophily, row_normalize
-from tests.strategies import graphs
+from refimpl.testing.strategies import graphs
 
 
 def make(**overrides: object) -> NodeDataset:

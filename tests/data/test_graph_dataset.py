@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from refimpl.data.graph_dataset import GraphDataset
 from refimpl.data.graph_dataset_file import load_graph_dataset, save_graph_dataset
 from refimpl.data.molecules import synthetic_molecules
-from tests.strategies import seeds
+from refimpl.testing.strategies import seeds
 
 FIELDS = ("x", "edge_index", "edge_attr", "node_ptr", "edge_ptr", "y")
 

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from refimpl.data.graph_dataset import GraphDataset
 from refimpl.data.molecules import ATOM_TYPES, ATOM_VALENCES, synthetic_molecules
+from refimpl.testing.strategies import seeds
 from tests.data.test_graph_dataset import assert_same
-from tests.strategies import seeds
 
 # -- synthetic molecules against networkx --------------------------------------------------------
 

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from refimpl.data import NodeDataset, contextual_sbm, drop_features, random_split
-from tests.strategies import seeds
+from refimpl.testing.strategies import seeds
 
 
 def labels(counts: list[int], seed: int = 0) -> np.ndarray:

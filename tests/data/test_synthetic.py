@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from refimpl.data import contextual_sbm, edge_homophily, karate_club, knn_graph
-from tests.strategies import seeds
+from refimpl.testing.strategies import seeds
 
 
 def test_karate_club() -> None:

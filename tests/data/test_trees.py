@@ -12,7 +12,7 @@ from scipy.stats import chi2_contingency
 
 from refimpl.data import NodeDataset
 from refimpl.data.trees import tree_neighbors_match
-from tests.strategies import seeds
+from refimpl.testing.strategies import seeds
 
 
 def per_tree(ds: NodeDataset, depth: int, num_classes: int, num_counts: int) -> dict:

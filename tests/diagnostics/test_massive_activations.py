@@ -29,10 +29,10 @@ from refimpl.diagnostics import (
     max_ratio_per_graph,
     ratio_distribution_test,
 )
+from refimpl.testing.strategies import seeds
 from refimpl.testing.tolerances import FORWARD_RTOL
 from refimpl.validation import NonFiniteError
 from tests.backends import DEVICE_BACKENDS
-from tests.strategies import seeds
 
 RTOL64 = FORWARD_RTOL[np.dtype(np.float64)]
 ALPHA = 0.05  # significance level whose false-positive rate is measured

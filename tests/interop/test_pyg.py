@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from refimpl.interop.pyg import from_pyg, pyg_shapes, to_pyg
 from refimpl.nn import GATConv, TransformerConv
-from tests.strategies import seeds
+from refimpl.testing.strategies import seeds
 
 
 @st.composite

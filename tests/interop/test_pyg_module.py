@@ -22,7 +22,7 @@ from refimpl.interop import (  # noqa: E402
     layer_from_config,
     pyg_config,
 )
-from tests.strategies import bipartite_graphs, seeds  # noqa: E402
+from refimpl.testing.strategies import bipartite_graphs, seeds  # noqa: E402
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 EDGES = np.array([[0, 1, 2, 3, 4, 5, 0, 2, 1], [1, 2, 3, 4, 5, 0, 3, 2, 2]])  # a loop, a twin

@@ -30,10 +30,10 @@ from refimpl import Graph
 from refimpl.interop.pyg import from_pyg, pyg_shapes, to_pyg
 from refimpl.nn import GATConv, TransformerConv
 from refimpl.testing import max_relative_error, relative_errors
+from refimpl.testing.strategies import graphs, seeds
 from tests.interop.test_pyg import layers
 from tests.nn.transformer.test_transformer_conv import Setup
 from tests.nn.transformer.test_transformer_conv import setups as transformer_setups
-from tests.strategies import graphs, seeds
 
 torch = pytest.importorskip("torch")
 torch_geometric = pytest.importorskip("torch_geometric")

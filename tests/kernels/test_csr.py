@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from refimpl.kernels import csr
 from refimpl.kernels.csr import csr_matmul
-from tests.strategies import seeds
+from refimpl.testing.strategies import seeds
 
 
 @given(

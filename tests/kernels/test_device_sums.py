@@ -30,7 +30,7 @@ from refimpl.backend import array_module, to_numpy
 from refimpl.kernels import device_sums
 from refimpl.kernels.segment import Segments, segment_sum
 from refimpl.naive import device_sums as naive
-from tests.strategies import seeds
+from refimpl.testing.strategies import seeds
 
 DTYPES = st.sampled_from([np.float32, np.float64])
 # CuPy's type names in a kernel's parameter list, and the C types they stand for.

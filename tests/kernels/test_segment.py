@@ -14,7 +14,7 @@ from refimpl.kernels import segment as ops
 from refimpl.kernels.segment import Segments
 from refimpl.naive import segment as naive
 from refimpl.testing import FORWARD_RTOL, GRADCHECK_RTOL, check_gradients, max_relative_error
-from tests.strategies import graphs, seeds
+from refimpl.testing.strategies import graphs, seeds
 
 FEATURE_SHAPES = st.sampled_from([(), (3,), (2, 3)])
 DTYPES = st.sampled_from([np.float64, np.float32])

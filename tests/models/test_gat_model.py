@@ -16,10 +16,10 @@ from refimpl.nn import GATConv
 from refimpl.nn.norms.pairnorm import PAIRNORM_MODES, PairNorm
 from refimpl.ops.activations import ACTIVATIONS, get_activation
 from refimpl.testing import check_gradients, max_relative_error, relative_errors
+from refimpl.testing.strategies import graphs, seeds
 from refimpl.testing.tolerances import FORWARD_RTOL, GRADCHECK_RTOL
 from tests.backends import DEVICE_BACKENDS
 from tests.nn.norms.test_norms import smooth_at_step
-from tests.strategies import graphs, seeds
 
 RTOL64 = FORWARD_RTOL[np.dtype(np.float64)]
 KINKED = ("relu", "leaky_relu")  # activations whose derivative jumps at 0

@@ -17,9 +17,9 @@ from refimpl.models import NodeFormer
 from refimpl.nn.nodeformer.edge_loss import NodeFormerEdgeLoss
 from refimpl.nn.nodeformer.random_features import draw_projection
 from refimpl.testing import check_gradients
+from refimpl.testing.strategies import graphs, seeds
 from refimpl.testing.tolerances import GRADCHECK_RTOL
 from tests.nn.norms.test_norms import smooth_at_step
-from tests.strategies import graphs, seeds
 
 
 @st.composite

@@ -20,8 +20,8 @@ from refimpl.naive.gat_v1 import gat_v1_backward, gat_v1_forward
 from refimpl.naive.gat_v2 import gat_v2_backward, gat_v2_forward
 from refimpl.nn import GATConv
 from refimpl.testing import max_relative_error
+from refimpl.testing.strategies import graphs, seeds
 from refimpl.testing.tolerances import TWIN_RTOL
-from tests.strategies import graphs, seeds
 
 TWINS = {"v1": (gat_v1_forward, gat_v1_backward), "v2": (gat_v2_forward, gat_v2_backward)}
 # every (version, lipschitz_norm) the layer accepts ("reference-code" is GATv1's only)

@@ -31,9 +31,9 @@ from refimpl.nn.nodeformer.random_features import (
 )
 from refimpl.nn.nodeformer.relational_bias import RelationalBias
 from refimpl.testing import max_relative_error
+from refimpl.testing.strategies import graphs, seeds
 from refimpl.testing.tolerances import TWIN_RTOL
 from tests.nn.nodeformer.test_kernel_attention import make_setup, row_block
-from tests.strategies import graphs, seeds
 
 TAUS = [0.25, 0.5, 1.0, 2.0]
 BLOCK_SIZES = [1, 2, 1024]  # production's row blocks: one row, a few rows, all rows at once

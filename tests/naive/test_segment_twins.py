@@ -14,8 +14,8 @@ from refimpl.naive import propagate as naive_propagate
 from refimpl.naive import segment as naive
 from refimpl.ops.propagate import propagate, propagate_backward
 from refimpl.testing import max_relative_error
+from refimpl.testing.strategies import graphs, seeds
 from refimpl.testing.tolerances import TWIN_RTOL
-from tests.strategies import graphs, seeds
 
 FEATURE_SHAPES = st.sampled_from([(), (3,), (2, 3)])
 HEAD_SHAPES = st.sampled_from([(1,), (2,), (3, 4)])  # (H, *F') for weighted sums

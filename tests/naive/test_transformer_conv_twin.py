@@ -21,8 +21,8 @@ from refimpl.naive.transformer_conv import (
 )
 from refimpl.nn.transformer.transformer_conv import TransformerConv
 from refimpl.testing import max_relative_error, relative_errors
+from refimpl.testing.strategies import graphs, seeds
 from refimpl.testing.tolerances import TWIN_RTOL
-from tests.strategies import graphs, seeds
 
 # A coefficient below this in the one target that carries the queries' and keys' gradients
 # amplifies their rounding by about its inverse; so do keys this close (relative) to each

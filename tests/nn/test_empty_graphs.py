@@ -2,7 +2,7 @@
 PyG users cross-check (GATConv v1 / v2, TransformerConv): empty outputs and zero gradients of
 the right shapes, as PyG returns (issue 22), in every configuration that changes the
 parameters. Graphs with nodes and no edges are also drawn by the layers' gradient checks
-(tests.strategies.graphs); here they get their exact values."""
+(refimpl.testing.strategies.graphs); here they get their exact values."""
 
 from __future__ import annotations
 

@@ -21,8 +21,8 @@ from refimpl.ops.activations import (
     positive_part,
 )
 from refimpl.testing import FORWARD_RTOL, GRADCHECK_RTOL, check_gradients, max_relative_error
+from refimpl.testing.strategies import seeds
 from tests.backends import DEVICE_BACKENDS
-from tests.strategies import seeds
 
 F64 = FORWARD_RTOL[np.dtype(np.float64)]
 BLOCKS = [ReLU(), LeakyReLU(), LeakyReLU(0.2), ELU(), ELU(0.5), Identity()]

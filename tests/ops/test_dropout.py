@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from refimpl.backend import asarray, to_numpy
 from refimpl.ops.dropout import Dropout
 from refimpl.testing import FORWARD_RTOL, GRADCHECK_RTOL, check_gradients, max_relative_error
+from refimpl.testing.strategies import seeds
 from tests.backends import DEVICE_BACKENDS
-from tests.strategies import seeds
 
 F64 = FORWARD_RTOL[np.dtype(np.float64)]
 shapes = st.lists(st.integers(1, 5), min_size=1, max_size=3).map(tuple)

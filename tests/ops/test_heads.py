@@ -13,8 +13,8 @@ from refimpl.backend import to_numpy
 from refimpl.ops.heads import dot_per_head, scale_per_head, sum_channels, sum_per_head
 from refimpl.testing import max_relative_error
 from refimpl.testing import strict as strict_xp
+from refimpl.testing.strategies import seeds
 from refimpl.testing.tolerances import FORWARD_RTOL
-from tests.strategies import seeds
 
 RTOL64 = FORWARD_RTOL[np.dtype(np.float64)]
 # (M, H, C): no rows, one row, one head, one channel, many heads

@@ -16,8 +16,8 @@ from refimpl.backend import asarray, to_numpy
 from refimpl.ops import linear
 from refimpl.ops.linear import Linear, affine_maps, affine_maps_backward
 from refimpl.testing import FORWARD_RTOL, GRADCHECK_RTOL, check_gradients, max_relative_error
+from refimpl.testing.strategies import seeds
 from tests.backends import DEVICE_BACKENDS
-from tests.strategies import seeds
 
 F64 = FORWARD_RTOL[np.dtype(np.float64)]
 

@@ -23,8 +23,8 @@ from refimpl.ops.loop_fill import (
     fill_self_loops_backward,
 )
 from refimpl.testing import GRADCHECK_RTOL, check_gradients, max_relative_error
+from refimpl.testing.strategies import bipartite_graphs, graphs, seeds
 from refimpl.testing.tolerances import FORWARD_RTOL, TWIN_RTOL
-from tests.strategies import bipartite_graphs, graphs, seeds
 
 FILLS = ["mean", "add", "sum", "max", "min", "mul", 0.5, -2, None, "vector"]
 F64 = FORWARD_RTOL[np.dtype(np.float64)]

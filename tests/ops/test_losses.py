@@ -12,8 +12,8 @@ from scipy.special import expit, log_expit, log_softmax, softmax
 from refimpl.backend import asarray, to_numpy
 from refimpl.ops.losses import BCEWithLogits, L1Loss, MSELoss, SoftmaxCrossEntropy
 from refimpl.testing import FORWARD_RTOL, GRADCHECK_RTOL, check_gradients, max_relative_error
+from refimpl.testing.strategies import seeds
 from tests.backends import DEVICE_BACKENDS
-from tests.strategies import seeds
 
 F64 = FORWARD_RTOL[np.dtype(np.float64)]
 CE, BCE = SoftmaxCrossEntropy(), BCEWithLogits()

@@ -11,8 +11,8 @@ from refimpl.backend import to_numpy
 from refimpl.ops.propagate import propagate, propagate_backward
 from refimpl.testing import check_gradients, max_relative_error, relative_errors
 from refimpl.testing import strict as strict_xp
+from refimpl.testing.strategies import graphs, seeds
 from refimpl.testing.tolerances import FORWARD_RTOL, GRADCHECK_RTOL
-from tests.strategies import graphs, seeds
 
 RTOL64 = FORWARD_RTOL[np.dtype(np.float64)]
 # (H, C): one head (sparse backward), narrow heads (literal backward), wide heads (sparse again)

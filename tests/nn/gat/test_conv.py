@@ -17,9 +17,9 @@ from refimpl.naive.gat import gat_forward
 from refimpl.nn import GATConv
 from refimpl.testing import check_gradients, max_relative_error, relative_errors
 from refimpl.testing import strict as strict_xp
+from refimpl.testing.strategies import graphs, seeds
 from refimpl.testing.tolerances import FORWARD_RTOL, GRADCHECK_RTOL
 from refimpl.validation import NonFiniteError
-from tests.strategies import graphs, seeds
 
 RTOL64 = FORWARD_RTOL[np.dtype(np.float64)]
 

@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 from refimpl import Graph
 from refimpl.nn import GATConv
 from refimpl.testing import check_gradients, max_relative_error
+from refimpl.testing.strategies import bipartite_graphs, seeds
 from refimpl.testing.tolerances import FORWARD_RTOL, GRADCHECK_RTOL, TWIN_RTOL
 from tests.bipartite import Bipartite
 from tests.naive.test_gat_twins import Case, cancelled, run_both, twin_errors
 from tests.nn.gat.test_conv import kink_distance
-from tests.strategies import bipartite_graphs, seeds
 
 F64 = FORWARD_RTOL[np.dtype(np.float64)]
 

@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 from refimpl import Graph
 from refimpl.nn import GATConv
 from refimpl.testing import check_gradients, max_relative_error
+from refimpl.testing.strategies import seeds
 from refimpl.testing.tolerances import FORWARD_RTOL, GRADCHECK_RTOL
 from tests.nn.gat.test_conv import kink_distance, setups
 from tests.nn.transformer.test_transformer_conv import assert_catches_a_wrong_edge_gradient
-from tests.strategies import seeds
 
 RTOL64 = FORWARD_RTOL[np.dtype(np.float64)]
 FILLS = ["mean", "add", "sum", "max", "min", "mul", 0.5, None, "vector"]

@@ -29,8 +29,8 @@ from refimpl.nn.lipschitz.score_norms import (
 )
 from refimpl.testing import check_gradients, max_relative_error, relative_errors
 from refimpl.testing import strict as strict_xp
+from refimpl.testing.strategies import seeds
 from refimpl.testing.tolerances import FORWARD_RTOL, GRADCHECK_RTOL
-from tests.strategies import seeds
 
 RTOL64 = FORWARD_RTOL[np.dtype(np.float64)]
 RTOL32 = FORWARD_RTOL[np.dtype(np.float32)]

@@ -21,8 +21,8 @@ from refimpl.nn.lipschitz.score_norms import (
     two_inf_norm,
 )
 from refimpl.testing import check_gradients
+from refimpl.testing.strategies import seeds
 from refimpl.testing.tolerances import GRADCHECK_RTOL
-from tests.strategies import seeds
 
 ADJOINT_RTOL = 1e-12  # <jvp(H), C> vs <H, vjp(C)>: two orders of summation, float64
 

@@ -27,9 +27,9 @@ from refimpl.nn.nodeformer.random_features import (
 )
 from refimpl.nn.nodeformer.relational_bias import Operator, apply_operator, power_graphs
 from refimpl.testing import check_gradients, max_relative_error, relative_errors
+from refimpl.testing.strategies import graphs, seeds
 from refimpl.testing.tolerances import FORWARD_RTOL, GRADCHECK_RTOL
 from tests.backends import DEVICE_BACKENDS
-from tests.strategies import graphs, seeds
 
 RTOL64 = FORWARD_RTOL[np.dtype(np.float64)]
 # the dense references multiply unshifted features, ours shifts exponents first (as in

@@ -15,9 +15,9 @@ from refimpl import Graph
 from refimpl.nn.nodeformer.conv import NodeFormerConv
 from refimpl.nn.nodeformer.edge_loss import NodeFormerEdgeLoss
 from refimpl.testing import relative_errors
+from refimpl.testing.strategies import seeds
 from refimpl.testing.tolerances import FORWARD_RTOL
 from tests.nn.nodeformer.test_conv import ONE_NODE, dense_operators, setups
-from tests.strategies import seeds
 
 torch = pytest.importorskip("torch")
 

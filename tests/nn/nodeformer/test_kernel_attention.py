@@ -21,10 +21,10 @@ from refimpl.nn.nodeformer.all_pair_softmax import AllPairSoftmax
 from refimpl.nn.nodeformer.kernel_attention import KernelizedSoftmax
 from refimpl.nn.nodeformer.random_features import draw_projection
 from refimpl.testing import check_gradients, max_relative_error, relative_errors
+from refimpl.testing.strategies import seeds
 from refimpl.testing.tolerances import FORWARD_RTOL, GRADCHECK_RTOL
 from refimpl.validation import NonFiniteError
 from tests.backends import DEVICE_BACKENDS
-from tests.strategies import seeds
 
 RTOL64 = FORWARD_RTOL[np.dtype(np.float64)]
 RTOL32 = FORWARD_RTOL[np.dtype(np.float32)]

@@ -21,9 +21,9 @@ from refimpl.nn.nodeformer.random_features import (
     positive_random_features,
 )
 from refimpl.testing import check_gradients, max_relative_error
+from refimpl.testing.strategies import seeds
 from refimpl.testing.tolerances import FORWARD_RTOL, GRADCHECK_RTOL
 from tests.backends import DEVICE_BACKENDS
-from tests.strategies import seeds
 
 RTOL64 = FORWARD_RTOL[np.dtype(np.float64)]
 RTOL32 = FORWARD_RTOL[np.dtype(np.float32)]

@@ -17,9 +17,9 @@ from refimpl.backend import asarray, backend_name, get_array_module, to_numpy
 from refimpl.nn.norms.layernorm import LayerNorm
 from refimpl.nn.norms.pairnorm import PairNorm
 from refimpl.testing import check_gradients, max_relative_error, relative_errors
+from refimpl.testing.strategies import seeds
 from refimpl.testing.tolerances import FORWARD_RTOL, GRADCHECK_RTOL
 from tests.backends import DEVICE_BACKENDS
-from tests.strategies import seeds
 
 RTOL64 = FORWARD_RTOL[np.dtype(np.float64)]
 RTOL32 = FORWARD_RTOL[np.dtype(np.float32)]

@@ -14,9 +14,9 @@ from refimpl import Graph
 from refimpl.nn.transformer.graph_transformer_layer import GraphTransformerLayer
 from refimpl.ops.linear import Linear
 from refimpl.testing import check_gradients, max_relative_error
+from refimpl.testing.strategies import graphs, seeds
 from refimpl.testing.tolerances import FORWARD_RTOL, GRADCHECK_RTOL
 from tests.nn.norms.test_norms import smooth_at_step
-from tests.strategies import graphs, seeds
 
 RTOL64 = FORWARD_RTOL[np.dtype(np.float64)]
 # step of the whole-layer differences, as in the model tests: LayerNorm and ReLU curvature

@@ -17,9 +17,9 @@ from refimpl.kernels.segment import segment_sum
 from refimpl.naive.transformer_conv import transformer_conv_forward
 from refimpl.nn.transformer.transformer_conv import TransformerConv
 from refimpl.testing import check_gradients, max_relative_error, relative_errors
+from refimpl.testing.strategies import graphs, seeds
 from refimpl.testing.tolerances import FORWARD_RTOL, GRADCHECK_RTOL
 from tests.backends import DEVICE_BACKENDS
-from tests.strategies import graphs, seeds
 
 RTOL64 = FORWARD_RTOL[np.dtype(np.float64)]
 # Finite differences step 1e-6: a max (of three products, over a neighbourhood) whose two

@@ -17,9 +17,9 @@ from refimpl import Graph
 from refimpl.naive.transformer_conv import transformer_conv_backward, transformer_conv_forward
 from refimpl.nn import TransformerConv
 from refimpl.testing import check_gradients, max_relative_error, relative_errors
+from refimpl.testing.strategies import bipartite_graphs, seeds
 from refimpl.testing.tolerances import GRADCHECK_RTOL, TWIN_RTOL
 from tests.bipartite import Bipartite
-from tests.strategies import bipartite_graphs, seeds
 
 
 @st.composite
