@@ -11,6 +11,11 @@ graphs (Sec. 3.2-3.3):
   ``q_v * k_uv / sqrt(d_k)`` (E', H d_k), the tensor the authors analyse;
 - ``output``: the layer's node outputs (N', D).
 
+``--arch gt|graphit|san`` trains the study's own architectures instead (BatchNorm, as their
+released configurations), and reads the streams the study logs: ``h.attention`` and
+``e.attention`` (the attention's node output and per-edge or per-pair score vectors,
+``malog_h`` / ``malog_e``), ``h.output`` and, for GT's edge stream, ``e.output``.
+
 For each, the KS statistic of the gamma fit to ``t = -log10(|x| / median)``
 (base and trained), the largest max/median ratio, and how many graphs have a
 row above the threshold (1000). Prints the table, writes ``comparison.json``,
@@ -18,7 +23,8 @@ row above the threshold (1000). Prints the table, writes ``comparison.json``,
 and the training run (``run/``: log, checkpoints, final parameters).
 
     python scripts/massive_activations.py [--layers 6] [--epochs 60] [--graphs 1000]
-        [--seed 0] [--out runs/massive_activations] [--resume] [--quick]
+        [--seed 0] [--arch gt] [--explicit-bias] [--out runs/massive_activations] [--resume]
+        [--quick]
 
 ``--resume`` continues the training run from ``run/checkpoint.npz`` (it ends with
 the same parameters as an uninterrupted run). ``--quick``: 200 graphs, 4 layers, 3
@@ -58,9 +64,11 @@ PE_DIM = 8  # Laplacian eigenvectors (Dwivedi & Bresson use 8 on ZINC)
 OUTPUTS = ("comparison.json", "massive_activations.png")  # what --overwrite removes too
 
 
-def activations(model: GraphTransformer, params: dict, dataset: Any) -> tuple[dict, dict]:
-    """Per layer, the analysed tensors of one evaluation forward over all of ``dataset``, and
-    each row's graph id."""
+def activations(
+    model: GraphTransformer, params: dict, state: dict, dataset: Any
+) -> tuple[dict, dict]:
+    """Per layer, the analysed tensors of one evaluation forward over all of ``dataset`` (with
+    BatchNorm's running statistics ``state``, empty without), and each row's graph id."""
     batch = collate(dataset, np.arange(len(dataset)))
     pe = laplacian_pe(batch.graph, PE_DIM, batch.node_ptr)
     _, cache = model.forward(
@@ -71,6 +79,7 @@ def activations(model: GraphTransformer, params: dict, dataset: Any) -> tuple[di
         pe,
         batch.batch,
         batch.num_graphs,
+        state=state or None,
     )
     found = model.activations(cache)
     return {k: v for k, (v, _) in found.items()}, {k: g for k, (_, g) in found.items()}
@@ -89,6 +98,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--layers", type=int, default=6, help="graph-transformer layers (4-10)")
     parser.add_argument("--hidden", type=int, default=64, help="D")
     parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument(
+        "--arch",
+        choices=["transformer-conv", "gt", "graphit", "san"],
+        default="transformer-conv",
+        help="the layers: the supplement's Sec. 2 model (default), or the study's GT, GraphiT-GT "
+        "or SAN (BatchNorm; node and, for GT, edge streams)",
+    )
+    parser.add_argument(
+        "--explicit-bias", action="store_true", help="gt/graphit: the study's remedy"
+    )
     parser.add_argument("--epochs", type=int, default=60)
     parser.add_argument("--graphs", type=int, default=1000)
     parser.add_argument("--batch-size", type=int, default=64)
@@ -124,6 +143,8 @@ def main(argv: list[str] | None = None) -> dict:
         edge_dim=dataset.num_edge_features,
         pe_dim=PE_DIM,
         pool="mean",
+        arch=args.arch,
+        **({"explicit_bias": True} if args.explicit_bias else {}),
     )
     config = GraphTrainConfig(
         epochs=args.epochs,
@@ -152,8 +173,8 @@ def main(argv: list[str] | None = None) -> dict:
         f"(predicting the training median: test MAE {constant:.4f})"
     )
 
-    base, graph_ids = activations(model, base_params, test)
-    trained, _ = activations(model, result.params, test)
+    base, graph_ids = activations(model, base_params, model.init_state(), test)
+    trained, _ = activations(model, result.params, result.model_state, test)
     records = compare_base_trained(base, trained)
     print(format_comparison(records))
     flags = {

@@ -20,8 +20,17 @@ from refimpl.models import GAT, GraphTransformer, NodeFormer
 from refimpl.nn import GATConv, GraphTransformerLayer, NodeFormerConv, TransformerConv
 from refimpl.nn.nodeformer.kernel_attention import KernelizedSoftmax
 from refimpl.nn.nodeformer.random_features import PositiveRandomFeatures
+from refimpl.nn.norms.batchnorm import BatchNorm
 from refimpl.nn.norms.layernorm import LayerNorm
 from refimpl.nn.norms.pairnorm import PairNorm
+from refimpl.nn.transformer.graphit_attention import GraphiTAttention
+from refimpl.nn.transformer.graphit_layer import GraphiTLayer
+from refimpl.nn.transformer.gt_attention import GTAttention
+from refimpl.nn.transformer.gt_layer import GTLayer
+from refimpl.nn.transformer.pair_attention import PairAttention
+from refimpl.nn.transformer.san_attention import SANAttention
+from refimpl.nn.transformer.san_layer import SANLayer
+from refimpl.nn.transformer.stream import TransformerStream
 from refimpl.ops.linear import Linear
 from refimpl.train import GraphTrainConfig, TrainConfig
 
@@ -40,9 +49,26 @@ BASES: dict[type, Callable[..., Any]] = {
     NodeFormer: lambda **kw: NodeFormer(
         4, **{"hidden_channels": 4, "out_channels": 3, "num_layers": 1, **kw}
     ),
+    # the study's flags on an architecture that reads both (GraphiT-GT)
     GraphTransformer: lambda **kw: GraphTransformer(
-        4, **{"hidden_channels": 4, "num_layers": 1, "heads": 2, **kw}
+        4,
+        **{"hidden_channels": 4, "num_layers": 1, "heads": 2, **kw},
+        **({"arch": "graphit"} if {"explicit_bias", "full_graph"} & set(kw) else {}),
+        **({"full_graph": False} if "explicit_bias" in kw else {}),  # the released refusal
     ),
+    BatchNorm: lambda **kw: BatchNorm(3, **kw),
+    TransformerStream: lambda **kw: TransformerStream(4, **kw),
+    GTAttention: lambda **kw: GTAttention(4, 4, **{"heads": 2, "edge_dim": 3, **kw}),
+    GTLayer: lambda **kw: GTLayer(4, **{"heads": 2, **kw}),
+    PairAttention: lambda **kw: PairAttention(2, 2, **{"explicit_bias": True, **kw}),
+    GraphiTAttention: lambda **kw: GraphiTAttention(
+        4, heads=2, **kw, **({"full_graph": False} if "explicit_bias" in kw else {})
+    ),
+    GraphiTLayer: lambda **kw: GraphiTLayer(
+        4, heads=2, **kw, **({"full_graph": False} if "explicit_bias" in kw else {})
+    ),
+    SANAttention: lambda **kw: SANAttention(4, **{"heads": 2, **kw}),
+    SANLayer: lambda **kw: SANLayer(4, **{"heads": 2, **kw}),
     TrainConfig: lambda **kw: TrainConfig(**kw),
     GraphTrainConfig: lambda **kw: GraphTrainConfig(**kw),
 }

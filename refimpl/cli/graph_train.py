@@ -36,8 +36,8 @@ NOT_FOR_GRAPHS = (
 def add_graph_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "graph transformer (--model graph_transformer; also --layers, --hidden (64), --heads "
-        "(4), --dropout, --attn-dropout, --layer-norm, --lipschitz-norm paper, --batch-size "
-        "(64 graphs))"
+        "(4), --dropout, --batch-size (64 graphs); transformer-conv also --attn-dropout, "
+        "--layer-norm, --lipschitz-norm paper)"
     )
     group.add_argument(
         "--graphs", type=positive_int, default=1000, help="--dataset molecules: how many"
@@ -51,7 +51,42 @@ def add_graph_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--global-node", action="store_true", help="a virtual node joined to every node"
     )
-    group.add_argument("--pool", choices=["mean", "sum"], default="mean", help="graph readout")
+    group.add_argument(
+        "--pool", choices=["mean", "sum", "max"], default="mean", help="graph readout"
+    )
+    group.add_argument(
+        "--arch",
+        choices=["transformer-conv", "gt", "graphit", "san"],
+        default="transformer-conv",
+        help="the layers: the supplement's Sec. 2 model on PyG's TransformerConv (default), or "
+        "the massive-activation study's GT (Dwivedi & Bresson, edge stream), GraphiT-GT or "
+        "SAN as their released code builds them (docs: guide/gt.md, graphit.md, san.md)",
+    )
+    group.add_argument(
+        "--norm",
+        choices=["batch", "layer", "none"],
+        help="normalisation in every layer: gt/graphit/san default batch (the released "
+        "configurations'); transformer-conv: layer (default) or none, as --layer-norm",
+    )
+    group.add_argument(
+        "--pe",
+        choices=["none", "laplacian", "random-walk", "learned-laplacian"],
+        help="positional encodings with --pe-dim columns (default laplacian; none: 0 "
+        "columns); learned-laplacian: SAN's learned encoding of --pe-dim eigenpairs "
+        "(gt/graphit/san)",
+    )
+    group.add_argument(
+        "--explicit-bias",
+        action="store_true",
+        help="gt/graphit: the study's explicit key, value and edge bias vectors per head",
+    )
+    group.add_argument(
+        "--full-graph",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="graphit/san: attend over every pair of a graph's nodes (default on; the "
+        "study's GraphiT runs had it off, which leaves its kernel unused)",
+    )
 
 
 def _load(args: argparse.Namespace) -> Any:
@@ -79,6 +114,20 @@ def _check_options(args: argparse.Namespace) -> None:
         raise ValueError("--model graph_transformer takes --lipschitz-norm paper (Eq. 19)")
     if args.pe_dim < 0:
         raise ValueError(f"--pe-dim must be >= 0, got {args.pe_dim}")
+    study = args.arch != "transformer-conv"
+    typed = {"explicit_bias": "gt or graphit", "full_graph": "graphit or san"}
+    for name, archs in typed.items():
+        if name in args.explicit and args.arch not in archs.split(" or "):
+            raise ValueError(f"--{name.replace('_', '-')} applies to --arch {archs}")
+    if args.pe == "learned-laplacian" and not study:
+        raise ValueError("--pe learned-laplacian is SAN's learned encoding: --arch gt/graphit/san")
+    if study and ({"lipschitz_norm", "global_node", "attn_dropout", "layer_norm"} & args.explicit):
+        raise ValueError(
+            "--lipschitz-norm, --global-node, --attn-dropout and --layer-norm apply to --arch "
+            "transformer-conv (--norm sets the study architectures' normalisation)"
+        )
+    if args.norm == "batch" and not study:
+        raise ValueError("--norm batch applies to --arch gt, graphit or san")
     if args.heads is not None and len(args.heads) != 1:
         raise ValueError("--model graph_transformer takes one --heads value (every layer alike)")
 
@@ -86,21 +135,45 @@ def _check_options(args: argparse.Namespace) -> None:
 def build_graph_model(args: argparse.Namespace, dataset: Any) -> Any:
     from refimpl.models import GraphTransformer
 
+    common = {
+        "in_channels": dataset.num_node_features,
+        "out_channels": dataset.num_targets,
+        "hidden_channels": 64 if args.hidden is None else args.hidden,
+        "num_layers": args.layers,
+        "heads": args.heads[0] if args.heads else 4,
+        "edge_dim": dataset.num_edge_features or None,
+        "pool": args.pool,
+        "dropout": args.dropout,
+    }
+    columns = 0 if args.pe == "none" else args.pe_dim
+    if args.arch == "transformer-conv":
+        return GraphTransformer(
+            **common,
+            pe_dim=columns,
+            global_node=args.global_node,
+            attn_dropout=args.attn_dropout,
+            layer_norm=args.layer_norm if args.norm is None else args.norm == "layer",
+            lipschitz_norm=args.lipschitz_norm,
+        )
+    learned = args.pe == "learned-laplacian"
+    options = {"arch": args.arch, "norm": args.norm}
+    if args.arch in ("gt", "graphit"):
+        options["explicit_bias"] = args.explicit_bias
+    if args.arch in ("graphit", "san") and args.full_graph is not None:
+        options["full_graph"] = args.full_graph
+    if learned:  # SAN's 16 of 64 (its ZINC configuration), narrower in a narrow model
+        options["lpe_channels"] = min(16, common["hidden_channels"] // 2)
     return GraphTransformer(
-        in_channels=dataset.num_node_features,
-        out_channels=dataset.num_targets,
-        hidden_channels=64 if args.hidden is None else args.hidden,
-        num_layers=args.layers,
-        heads=args.heads[0] if args.heads else 4,
-        edge_dim=dataset.num_edge_features or None,
-        pe_dim=args.pe_dim,
-        global_node=args.global_node,
-        pool=args.pool,
-        dropout=args.dropout,
-        attn_dropout=args.attn_dropout,
-        layer_norm=args.layer_norm,
-        lipschitz_norm=args.lipschitz_norm,
+        **common,
+        pe_dim=0 if learned else columns,
+        lpe_eigenpairs=columns if learned else 0,
+        **options,
     )
+
+
+def pe_kind(args: argparse.Namespace) -> str:
+    """The encodings the training loop computes (GraphTrainConfig.pe); "none" has 0 columns."""
+    return "laplacian" if args.pe in (None, "none") else args.pe
 
 
 def run_graph(args: argparse.Namespace) -> int:
@@ -136,6 +209,7 @@ def run_graph(args: argparse.Namespace) -> int:
             seed=seed,
             checkpoint_every=args.checkpoint_every,
             dtype=args.dtype,
+            pe=pe_kind(args),
         )
         checkpoint = run_dir / "checkpoint.npz"
         resume = checkpoint if args.resume is not None and checkpoint.is_file() else None

@@ -22,7 +22,7 @@ from refimpl.data.graph_dataset import GraphDataset
 from refimpl.data.graph_dataset_file import load_graph_dataset, save_graph_dataset
 from refimpl.data.molecules import synthetic_molecules
 from refimpl.data.planetoid import PLANETOID_NAMES, load_planetoid
-from refimpl.data.positional import laplacian_pe, random_sign_flip
+from refimpl.data.positional import laplacian_pe, random_sign_flip, random_walk_pe
 from refimpl.data.splits import drop_features, random_split
 from refimpl.data.synthetic import contextual_sbm, karate_club, knn_graph
 from refimpl.data.trees import tree_neighbors_match
@@ -50,6 +50,7 @@ __all__ = [
     "load_planetoid",
     "random_sign_flip",
     "random_split",
+    "random_walk_pe",
     "register_loader",
     "row_normalize",
     "save_graph_dataset",

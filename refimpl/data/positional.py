@@ -1,4 +1,5 @@
-"""Laplacian positional encodings (Dwivedi & Bresson's LapPE) and their random sign flip.
+"""Laplacian positional encodings (Dwivedi & Bresson's LapPE) and their random sign flip;
+random-walk positional encodings (RWPE, :func:`random_walk_pe`).
 
 The encoding ``P`` of the massive-activations supplement (Sec. 2, Eq. 2: ``H^(0)
 = X W_in + b_in + P``, with ``P`` projected from these ``k`` columns by the
@@ -59,7 +60,7 @@ from refimpl.backend import get_array_module, is_array, to_numpy
 from refimpl.data.dataset import coalesce
 from refimpl.graph import Graph
 
-__all__ = ["DENSE_LIMIT", "laplacian_pe", "random_sign_flip"]
+__all__ = ["DENSE_LIMIT", "laplacian_pe", "random_sign_flip", "random_walk_pe"]
 
 DENSE_LIMIT = 200  # blocks up to this many nodes: dense eigh; larger: sparse eigsh
 _SIGN_TIE = 1e-9  # magnitudes this close to a column's largest count as ties (first wins)
@@ -205,3 +206,94 @@ def random_sign_flip(pe: Any, rng: np.random.Generator) -> tuple[Any, Any]:
     signs = 1.0 - 2.0 * rng.integers(0, 2, size=pe.shape[1])  # (k,) host, +-1
     signs = xp.asarray(signs.astype(pe.dtype))
     return pe * signs, signs
+
+
+def random_walk_pe(graph: Graph, k: int, batch: Any = None) -> np.ndarray:
+    """``(N, k)`` float64 random-walk encodings: column ``j - 1`` is ``diag((D^-1 A)^j)``.
+
+    RWPE (Dwivedi et al. 2022, "Graph neural networks with learnable structural and
+    positional representations", Sec. 3: ``p_v = [RW_vv, RW^2_vv, ..., RW^k_vv]`` with
+    ``RW = A D^-1``), as the massive-activations study's code computes it (gnn-lspe
+    ``data/molecules.py``, ``init_positional_encoding`` with ``'rand_walk'``: ``A * Dinv``
+    with ``Dinv`` the inverse in-degrees clipped at 1, then the diagonals of its powers
+    ``1 .. k``). Row ``v`` is the probability that a walk from ``v`` is back at
+    ``v`` after ``j = 1 .. k`` steps.
+
+    Conventions (the study's, for any graph):
+
+    - ``A[v, u]`` counts the edges ``u -> v`` (PyG's direction: ``N(v)`` are the sources
+      of ``v``'s incoming edges); a duplicate edge counts twice (DGL's adjacency keeps
+      duplicates as separate ones, which SciPy sums), a self-loop ``v -> v`` once.
+    - ``D`` is the in-degree (duplicates and self-loops counted as in ``A``) clipped at 1:
+      ``D^-1 A`` steps from ``v`` to the source of one of its incoming edges, chosen
+      uniformly. For an undirected graph (every edge both ways) this is the usual random
+      walk; for a directed one it walks edges backwards. PyG's ``AddRandomWalkPE``
+      divides by the out-degree instead and walks forwards: the two agree on undirected
+      graphs only. (The study's ``A * Dinv`` is ``(D^-1 A)`` transposed and conjugated by
+      ``D``, and ``diag(D M D^-1) = diag(M^T) = diag(M)``, so the orientation of DGL's
+      ``adjacency_matrix`` does not change the result.)
+    - A node with no incoming edge (isolated, or a source only) has a zero row: its walk
+      stops, every column is 0. A node with only a self-loop returns with probability 1.
+    - Batches: a walk never leaves its connected component, so a block-diagonal batch
+      (:func:`~refimpl.data.graph_batch.collate`) gets each graph's own encoding with no
+      per-graph loop; ``batch`` (N,), the graph of every node (``GraphBatch.batch``), is
+      optional and, when given, checked: an edge joining two graphs is refused.
+    - float64 (the study casts to float32 afterwards).
+
+    Method: ``P = D^-1 A`` as a SciPy CSR matrix and ``k - 1`` sparse products
+    ``P^j = P^(j-1) P``; ``P^j`` has at most as many entries per row as the walk reaches,
+    so the cost is bounded by the squares of the graphs' (components') sizes, not of N.
+
+    Parameters
+    ----------
+    graph : Graph
+        On N nodes, one node set (not bipartite), on any backend (computed on the host).
+    k : int
+        Walk lengths ``1 .. k``, >= 1.
+    batch : int array (N,), optional
+        The graph of every node; used only to refuse an edge between two graphs.
+
+    Returns
+    -------
+    NumPy float64 array (N, k), entries in ``[0, 1]``.
+    """
+    import scipy.sparse as sp
+
+    if not isinstance(graph, Graph):
+        raise TypeError(f"graph must be a refimpl.Graph, got {type(graph).__name__}")
+    if graph.is_bipartite:
+        raise ValueError("random_walk_pe needs a graph on one node set; this one is bipartite")
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"k must be an int >= 1 (walk lengths 1 .. k), got {k!r}")
+    num_nodes = graph.num_nodes
+    src, dst = to_numpy(graph.edge_index)  # (E,) each
+    if batch is not None:
+        _check_batch_vector(batch, src, dst, num_nodes)
+    in_degree = np.bincount(dst, minlength=num_nodes).astype(np.float64)  # (N,)
+    weight = 1.0 / np.maximum(in_degree, 1.0)[dst]  # (E,) the study's clip(1) ** -1
+    # P[v, u] = (edges u -> v) / in(v); duplicates are summed by the CSR conversion
+    step = sp.csr_matrix((weight, (dst, src)), shape=(num_nodes, num_nodes))
+    pe = np.empty((num_nodes, int(k)))
+    power = step
+    pe[:, 0] = power.diagonal()
+    for j in range(1, int(k)):  # a loop over walk lengths, not nodes
+        power = power @ step
+        pe[:, j] = power.diagonal()
+    return pe
+
+
+def _check_batch_vector(batch: Any, src: np.ndarray, dst: np.ndarray, num_nodes: int) -> None:
+    graph_of = to_numpy(batch) if is_array(batch) else np.asarray(batch)
+    if graph_of.shape != (num_nodes,) or graph_of.dtype.kind not in "iu":
+        raise ValueError(
+            f"batch must be a 1-D integer array with one graph id per node ({num_nodes},), got "
+            f"{graph_of.dtype}{graph_of.shape}; pass GraphBatch.batch"
+        )
+    crossing = graph_of[src] != graph_of[dst]  # (E,)
+    if crossing.any():
+        e = int(np.flatnonzero(crossing)[0])
+        u, v = int(src[e]), int(dst[e])
+        raise ValueError(
+            f"edge {e} ({u} -> {v}) joins graph {graph_of[u]} to graph {graph_of[v]}; a random "
+            "walk would cross between them: batch must be the collated batch's graph ids"
+        )

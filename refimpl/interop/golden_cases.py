@@ -12,30 +12,44 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from refimpl.graph import Graph
+from refimpl.interop.golden_inputs import BATCH, BATCH_EDGES, EDGES, NUM_NODES, CaseData
+from refimpl.interop.golden_study import (
+    eigenpairs_inputs,
+    pairs_inputs,
+    readout_inputs,
+    stream_inputs,
+    study_transformer_inputs,
+)
 from refimpl.models import GAT, GraphTransformer, NodeFormer
 from refimpl.nn import (
     AllPairSoftmax,
     Attention,
     GATConv,
+    GraphiTLayer,
     GraphTransformerLayer,
     KernelizedSoftmax,
     LayerNorm,
+    LearnedLaplacianPE,
+    MLPReadout,
     MultiHeadAttention,
     NodeFormerConv,
     PairNorm,
     PositiveRandomFeatures,
+    SANAttention,
+    SANLayer,
     TransformerAttention,
     TransformerConv,
+    TransformerStream,
 )
 from refimpl.nn.nodeformer.random_features import draw_projection
 
-__all__ = ["CASES", "GOLDEN_CASES", "REGISTRY", "CaseData", "GoldenCase"]
+__all__ = ["CASES", "GOLDEN_CASES", "REGISTRY", "CaseData", "GoldenCase"]  # CaseData: re-export
 
 # The classes verify may rebuild, by the name the manifest records: an allow-list, not eval.
 REGISTRY: dict[str, type] = {
@@ -56,22 +70,14 @@ REGISTRY: dict[str, type] = {
         GAT,
         NodeFormer,
         GraphTransformer,
+        MLPReadout,
+        TransformerStream,
+        SANAttention,
+        SANLayer,
+        GraphiTLayer,
+        LearnedLaplacianPE,
     )
 }
-
-
-@dataclass(frozen=True)
-class CaseData:
-    """A case's inputs and how they enter ``forward``, as an input builder returns them."""
-
-    inputs: dict[str, np.ndarray]  # stored as input/<name>
-    args: tuple[str, ...]  # positional arguments after params: "graph" or an array key
-    grad_inputs: tuple[str, ...]  # input names whose gradients backward returns, in its order
-    kwargs: dict[str, Any] = field(default_factory=dict)  # JSON literals (training, num_graphs)
-    array_kwargs: dict[str, str] = field(default_factory=dict)  # keyword -> array key
-    noise: dict[str, np.ndarray] = field(default_factory=dict)  # stored as noise/<key>
-    noise_kwarg: str | None = None  # keyword taking {key: noise/<key>} ("noise")
-    draw_noise: bool = False  # draw the noise once from the case's rng, read from cache.noise
 
 
 @dataclass(frozen=True)
@@ -91,24 +97,16 @@ class GoldenCase:
 
 
 # -- inputs ------------------------------------------------------------------------------------
-# Six nodes: a duplicate edge 1 -> 2, a self-loop 4 -> 4 (node 4's only incoming edge), and an
-# isolated node 5 (no edge at all: zero in-degree for layers that add no self-loops).
-_EDGES = np.array([[0, 1, 1, 2, 2, 3, 1, 4, 4, 3], [1, 0, 2, 1, 3, 2, 2, 4, 3, 0]], np.int64)
-_NUM_NODES = 6
-# Two graphs in one batch (nodes 0-3 and 4-6): a duplicate 1 -> 2, a self-loop 2 -> 2, node 3
-# isolated within graph 0.
-_BATCH_EDGES = np.array([[0, 1, 1, 2, 1, 2, 4, 5, 6], [1, 0, 2, 1, 2, 2, 5, 6, 4]], np.int64)
-_BATCH = np.array([0, 0, 0, 0, 1, 1, 1], np.int64)
 
 
 def _graph_inputs(rng: np.random.Generator, width: int, edge_dim: int | None = None) -> dict:
     inputs = {
-        "x": rng.standard_normal((_NUM_NODES, width)),
-        "edge_index": _EDGES.copy(),
-        "num_nodes": np.array(_NUM_NODES, np.int64),
+        "x": rng.standard_normal((NUM_NODES, width)),
+        "edge_index": EDGES.copy(),
+        "num_nodes": np.array(NUM_NODES, np.int64),
     }
     if edge_dim is not None:
-        inputs["edge_attr"] = rng.standard_normal((_EDGES.shape[1], edge_dim))
+        inputs["edge_attr"] = rng.standard_normal((EDGES.shape[1], edge_dim))
     return inputs
 
 
@@ -123,7 +121,7 @@ def _gat_conv(block: GATConv, rng: np.random.Generator) -> CaseData:
         )
     if not block.dropout:
         return CaseData(inputs, ("input/x", "graph"), ("x",))
-    attended = block.prepare_graph(Graph(_EDGES, _NUM_NODES)).num_edges  # E' with the loops
+    attended = block.prepare_graph(Graph(EDGES, NUM_NODES)).num_edges  # E' with the loops
     mask = rng.random((attended, block.heads)) >= block.dropout
     return CaseData(
         inputs,
@@ -178,7 +176,7 @@ def _nodeformer_conv_eval(block: NodeFormerConv, rng: np.random.Generator) -> Ca
 def _node_rows(block: Any, rng: np.random.Generator) -> CaseData:
     """PairNorm, LayerNorm: ``x (N, C)``, one graph."""
     width = getattr(block, "channels", 3)
-    return CaseData({"x": rng.standard_normal((_NUM_NODES, width))}, ("input/x",), ("x",))
+    return CaseData({"x": rng.standard_normal((NUM_NODES, width))}, ("input/x",), ("x",))
 
 
 def _columns(block: Any, rng: np.random.Generator) -> CaseData:
@@ -195,13 +193,13 @@ def _columns(block: Any, rng: np.random.Generator) -> CaseData:
 def _features(block: PositiveRandomFeatures, rng: np.random.Generator) -> CaseData:
     """``phi(x)`` of NodeFormer Eq. 4: ``x (N, d)``, the projection ``omega (m, d)`` as noise."""
     noise = {"omega": draw_projection(rng, 5, 3, "iid")}
-    inputs = {"x": 0.5 * rng.standard_normal((_NUM_NODES, 3))}
+    inputs = {"x": 0.5 * rng.standard_normal((NUM_NODES, 3))}
     return CaseData(inputs, ("input/x", "noise/omega"), ("x",), noise=noise)
 
 
 def _all_pair(block: Any, rng: np.random.Generator, samples: int = 3) -> CaseData:
     """KernelizedSoftmax / AllPairSoftmax: ``q, k (N, d)``, ``v (N, d_v)``, Gumbel ``(N, K)``."""
-    n, d, d_v = _NUM_NODES, 3, 2
+    n, d, d_v = NUM_NODES, 3, 2
     inputs = {
         "q": 0.5 * rng.standard_normal((n, d)),
         "k": 0.5 * rng.standard_normal((n, d)),
@@ -219,14 +217,14 @@ def _all_pair(block: Any, rng: np.random.Generator, samples: int = 3) -> CaseDat
 
 
 def _graph_transformer(block: GraphTransformer, rng: np.random.Generator) -> CaseData:
-    n = _BATCH.size
+    n = BATCH.size
     inputs = {
         "x": rng.standard_normal((n, block.in_channels)),
-        "edge_index": _BATCH_EDGES.copy(),
+        "edge_index": BATCH_EDGES.copy(),
         "num_nodes": np.array(n, np.int64),
-        "edge_attr": rng.standard_normal((_BATCH_EDGES.shape[1], block.edge_dim)),
+        "edge_attr": rng.standard_normal((BATCH_EDGES.shape[1], block.edge_dim)),
         "pe": rng.standard_normal((n, block.pe_dim)),
-        "batch": _BATCH.copy(),
+        "batch": BATCH.copy(),
     }
     return CaseData(
         inputs,
@@ -349,6 +347,40 @@ CASES: tuple[GoldenCase, ...] = (
           "graph level, batch of 2 graphs, global node, edge features, pe, dropout masks given",
           in_channels=3, out_channels=2, hidden_channels=4, num_layers=2, heads=2, edge_dim=2,
           pe_dim=2, global_node=True, pool="mean", dropout=0.1, attn_dropout=0.1),
+    # the massive-activation study's architectures (issue 34), BatchNorm in training mode
+    _case("graph_transformer_gt", GraphTransformer, study_transformer_inputs,
+          "Dwivedi & Bresson's GT as released: edge stream, BatchNorm, explicit bias, dropout "
+          "masks given, max readout", in_channels=3, out_channels=2, hidden_channels=4,
+          num_layers=2, heads=2, edge_dim=2, pe_dim=2, pool="max", dropout=0.1, arch="gt",
+          explicit_bias=True),
+    _case("graph_transformer_graphit", GraphTransformer, study_transformer_inputs,
+          "GraphiT-GT over all pairs, attention weighted by the 16-step random-walk kernel, "
+          "BatchNorm, sum readout", in_channels=3, out_channels=2, hidden_channels=4,
+          num_layers=2, heads=2, edge_dim=2, pe_dim=2, pool="sum", arch="graphit"),
+    _case("graph_transformer_san", GraphTransformer, study_transformer_inputs,
+          "SAN over all pairs (gamma 0.1), its learned Laplacian encoding of 3 eigenpairs with "
+          "dropout masks given, LayerNorm, mean readout", in_channels=3, out_channels=2,
+          hidden_channels=8, num_layers=2, heads=2, edge_dim=2, pool="mean", arch="san",
+          norm="layer", lpe_eigenpairs=3, lpe_channels=4),
+    _case("mlp_readout", MLPReadout, readout_inputs, "the released MLPReadout, widths 8, 4, 2, 2",
+          in_channels=8, out_channels=2),
+    _case("transformer_stream_batch_norm", TransformerStream, stream_inputs,
+          "the released O / residual / BatchNorm / FFN skeleton in training, dropout masks given",
+          channels=4, dropout=0.2),
+    _case("transformer_stream_layer_and_batch", TransformerStream, stream_inputs,
+          "the skeleton with LayerNorm then BatchNorm (the released layer_norm and batch_norm "
+          "both on)", channels=4, norm="layer+batch"),
+    _case("san_attention", SANAttention, pairs_inputs,
+          "SAN's full attention: edge and non-edge parameter sets, gamma 0.1", channels=4,
+          heads=2),
+    _case("san_layer", SANLayer, pairs_inputs, "SAN's attention and the released node stream, "
+          "BatchNorm in training, dropout masks given", channels=4, heads=2, dropout=0.1),
+    _case("graphit_layer", GraphiTLayer, pairs_inputs, "GraphiT-GT over all pairs weighted by the "
+          "random-walk kernel, the released node stream, BatchNorm in training", channels=4,
+          heads=2, full_graph=True),
+    _case("learned_laplacian_pe", LearnedLaplacianPE, eigenpairs_inputs,
+          "SAN's learned Laplacian encoding: 2 encoder layers over 4 padded eigenpairs, dropout "
+          "masks given", channels=4, heads=2, ffn_channels=8),
 )
 # fmt: on
 

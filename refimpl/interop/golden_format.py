@@ -22,6 +22,15 @@ key                       dtype     content
 ``input/batch``           int64     ``(N,)`` the graph of every node
 ``input/q``, ``k``, ``v`` float64   queries, keys ``(N, d)``, values ``(N, d_v)`` (all-pair
                                     attention and random features)
+``input/e``               float64   pair features ``(P, D)`` over ``edge_index``'s pairs (SAN,
+                                    GraphiT-GT: every ordered pair of a graph's nodes)
+``input/real``            bool      ``(P,)`` True where the pair is an input edge
+``input/kernel``          float64   ``(P,)`` GraphiT's kernel value of every pair
+``input/attn_out``,       float64   ``(M, D)`` each: a transformer stream's attention output and
+``input/residual_in``               its residual input
+``input/eigvecs``,        float64   ``(N, m)`` each: padded eigenvector entries and eigenvalues
+``input/eigvals``                   (SAN's learned Laplacian encoding)
+``input/valid``           bool      ``(N, m)`` True where the eigenpair exists
 ``param/<name>``          float64   parameters under our names (the block's ``param_shapes()``;
                                     weights are ``(out, in)``: ``y = x W^T + b``)
 ``noise/<key>``           float64   random draws, fed in and never drawn: NodeFormer's

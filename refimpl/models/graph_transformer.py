@@ -42,37 +42,38 @@ used; ``cache.noise`` replays a step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any
 
 import numpy as np
 
-from refimpl.backend import get_array_module, to_numpy
 from refimpl.fields import check_bool, check_positive_int
 from refimpl.graph import Graph
-from refimpl.kernels.segment import Segments
+from refimpl.models.arch_options import STUDY_ARCHS, check_arch_fields, check_study_pe
 from refimpl.models.attention_graph import (
-    AttentionGraph,
     _check_batch,
-    _GlobalEmbedding,
-    attention_graph,
+)
+from refimpl.models.study_archs import (
+    StudyCache,
+    study_activations,
+    study_backward,
+    study_blocks,
+    study_forward,
+)
+from refimpl.models.transformer_conv_arch import (
+    GraphTransformerCache,
+    conv_activations,
+    conv_backward,
+    conv_blocks,
+    conv_forward,
 )
 from refimpl.nn.stacks import (
-    block_backward,
     flat_param_shapes,
+    flat_state_shapes,
     init_flat_params,
-    split_params,
+    init_flat_state,
 )
-from refimpl.nn.transformer.graph_transformer_layer import (
-    GraphTransformerLayer,
-    GraphTransformerLayerCache,
-)
-from refimpl.nn.transformer.transformer_conv import TransformerConv
-from refimpl.ops.activations import ReLU, SignCache
-from refimpl.ops.linear import Linear, LinearCache
-from refimpl.ops.pooling import GlobalPool
 from refimpl.validation import (
-    NonFiniteError,
     check_block_inputs,
     check_cotangent,
     check_graph_rows,
@@ -82,23 +83,7 @@ from refimpl.validation import (
 
 __all__ = ["GraphTransformer", "GraphTransformerCache"]
 
-POOLS = ("mean", "sum", None)
-
-
-class GraphTransformerCache(NamedTuple):
-    """What :meth:`GraphTransformer.backward` reads (None for a step switched off)."""
-
-    attention_graph: AttentionGraph
-    input: LinearCache  # F1
-    pe: LinearCache | None  # F2
-    edge: LinearCache | None  # F4
-    layers: tuple[GraphTransformerLayerCache, ...]  # F5
-    pool: Any  # F7: GlobalPool's cache (graph level)
-    head1: LinearCache | None  # F8 (graph level)
-    relu: SignCache | None  # F8
-    head: LinearCache  # F8's second linear, or F7' (node level)
-    batch: Segments | None  # the real nodes grouped by graph (graph level)
-    noise: dict[str, Any]  # the masks used, as forward(noise=...) takes them
+POOLS = ("mean", "sum", "max", None)
 
 
 @dataclass(frozen=True)
@@ -115,11 +100,23 @@ class GraphTransformer:
     edge_dim: int | None = None  # columns of the input's edge_attr; None: none
     pe_dim: int = 0  # columns of the positional encodings; 0: none (Eq. 2 off)
     global_node: bool = False  # Eq. 14
-    pool: str | None = "mean"  # "mean" | "sum" (graph level) | None (node level)
+    pool: str | None = "mean"  # "mean" | "sum" | "max" (graph level) | None (node level)
     dropout: float = 0.0  # inside every layer (F3, F7 of the layer)
     attn_dropout: float = 0.0
     layer_norm: bool = True  # Eq. 11
     lipschitz_norm: str | None = None  # None | "paper" (LipschitzNorm Eq. 19 per head)
+    # the massive-activation study's architectures (refimpl.models.study_archs, its fields)
+    arch: str = "transformer-conv"  # | "gt" | "graphit" | "san"
+    norm: str | None = None  # study archs: "batch" (None) | "layer" | "layer+batch" | "none"
+    explicit_bias: bool = False  # GT, GraphiT: the released k_bias, e_bias, v_bias
+    full_graph: bool = True  # GraphiT, SAN: attend over every pair of a graph's nodes
+    gamma: float = 0.1  # SAN: the non-edge pairs' share
+    kernel: str = "random-walk"  # GraphiT with full_graph: | "diffusion"
+    kernel_steps: int = 16  # p of (I - gamma L)^p
+    kernel_gamma: float = 0.25
+    kernel_beta: float = 1.0  # exp(-beta L)
+    lpe_eigenpairs: int = 0  # m of SAN's learned Laplacian encoding; 0: none
+    lpe_channels: int = 16  # its width, out of D
     # the parameterised blocks by parameter prefix, in parameter order; derived
     blocks: dict[str, Any] = field(init=False, repr=False, compare=False)
 
@@ -140,41 +137,30 @@ class GraphTransformer:
             )
         if self.ffn_channels is not None:  # 0 would mean the default, 2 D, silently
             check_positive_int(self.ffn_channels, "GraphTransformer ffn_channels")
-        d = self.hidden_channels
-        layer = GraphTransformerLayer(  # raises on heads, dropouts, lipschitz_norm
-            d,
-            heads=self.heads,
-            ffn_channels=self.ffn_channels,
-            edge_dim=d if self._edge_features else None,
-            dropout=self.dropout,
-            attn_dropout=self.attn_dropout,
-            layer_norm=self.layer_norm,
-            lipschitz_norm=self.lipschitz_norm,
-        )
-        blocks: dict[str, Any] = {"input": Linear(self.in_channels, d)}
-        if self.pe_dim:
-            blocks["pe"] = Linear(self.pe_dim, d)
-        if self._edge_features:
-            blocks["edge"] = Linear((self.edge_dim or 0) + self._num_types, d)
-        if self.global_node:
-            blocks["global"] = _GlobalEmbedding(d)
-        for i in range(self.num_layers):
-            blocks[f"layer{i}"] = layer
-        if self.pool is None:
-            blocks["head"] = Linear(d, self.out_channels)
-        else:
-            blocks["head1"] = Linear(d, d)
-            blocks["head2"] = Linear(d, self.out_channels)
-        object.__setattr__(self, "blocks", blocks)
+        check_arch_fields(self)  # sets norm's default for the study's architectures
+        if self.arch in STUDY_ARCHS:
+            object.__setattr__(self, "blocks", study_blocks(self))
+            return
+        object.__setattr__(self, "blocks", conv_blocks(self))
 
-    @property
-    def _edge_features(self) -> bool:
-        """Whether the layers read edge features: given ones, or the global node's types."""
-        return self.edge_dim is not None or self.global_node
+    def __repr__(self) -> str:
+        """The fields that differ from their defaults (and the sizes), not all 27."""
+        shown = [
+            f"{f.name}={getattr(self, f.name)!r}"
+            for f in fields(self)
+            if f.init
+            and (f.default is MISSING or getattr(self, f.name) != f.default or f.name == "arch")
+        ]
+        return f"GraphTransformer({', '.join(shown)})"
 
-    @property
-    def _num_types(self) -> int:
-        return 3 if self.global_node else 1
+    def state_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Names and shapes of the state beside the parameters: BatchNorm's running statistics
+        ``layer{l}.{stream}.norm{1,2}.running_{mean,var}`` (empty without batch norm)."""
+        return flat_state_shapes(self.blocks)
+
+    def init_state(self, backend: str | None = None, dtype: Any = np.float64) -> dict[str, Any]:
+        """The initial state (``state_shapes``): running means 0, variances 1."""
+        return init_flat_state(self.blocks, backend, dtype)
 
     @property
     def deterministic_training(self) -> bool:
@@ -213,7 +199,8 @@ class GraphTransformer:
         training: bool = False,
         rng: np.random.Generator | None = None,
         noise: dict[str, Any] | None = None,
-    ) -> tuple[Any, GraphTransformerCache]:
+        state: dict[str, Any] | None = None,
+    ) -> tuple[Any, GraphTransformerCache | StudyCache]:
         """Outputs ``(G, out)`` (graph level) or ``(N, out)`` (node level), and the cache.
 
         Parameters
@@ -221,7 +208,9 @@ class GraphTransformer:
         x : (N, in_channels) float array
         graph : Graph on N nodes (block-diagonal for a batch, ``refimpl.data.collate``)
         edge_attr : (E, edge_dim) float array, with ``edge_dim`` only
-        pe : (N, pe_dim) float array, with ``pe_dim`` only (``refimpl.data.laplacian_pe``)
+        pe : (N, pe_dim) float array, with ``pe_dim`` only (``refimpl.data.laplacian_pe``,
+            ``random_walk_pe``); with ``lpe_eigenpairs`` the padded eigenpairs ``(N, m, 3)``:
+            eigenvector entries, eigenvalues, and 1.0 where valid (``eigenpairs_padded``)
         batch : (N,) int array, optional
             The graph of every node, ``0 <= batch < num_graphs``; None: one graph. No edge
             may join two graphs (a block-diagonal batch, as ``refimpl.data.collate`` makes).
@@ -229,105 +218,39 @@ class GraphTransformer:
             ``G``; default ``batch.max() + 1``.
         training, rng, noise
             Dropout: masks from ``noise`` (keys in the module docstring) or ``rng``.
+        state : dict, optional
+            BatchNorm's running statistics (``init_state``; the study's architectures with
+            ``norm`` "batch"); None in training: fresh ones. ``cache.state`` holds them
+            after this forward.
         """
         check_block_inputs(params, self.param_shapes(), "GraphTransformer", x, self.in_channels)
         check_graph_rows(x, graph)
         check_bool(training, "GraphTransformer training")
         check_rng(rng, "GraphTransformer rng")
         n = x.shape[0]
-        xp = get_array_module(x)
         batch_host, num_graphs = _check_batch(batch, num_graphs, n, graph.edge_index)
-        structure = attention_graph(graph, batch_host, num_graphs, self.global_node)
         check_optional_input(
-            edge_attr,
-            "edge_attr",
-            "edge_dim",
-            self.edge_dim,
-            graph.num_edges,
-            x,
+            edge_attr, "edge_attr", "edge_dim", self.edge_dim, graph.num_edges, x,
             "GraphTransformer",
-        )
-        check_optional_input(pe, "pe", "pe_dim", self.pe_dim or None, n, x, "GraphTransformer")
+        )  # fmt: skip
         noise = dict(noise or {})
-        blocks, used = self.blocks, {}
-        sub = lambda prefix: split_params(blocks, params, prefix)  # noqa: E731
-
-        # F1 input embedding (N, D)
-        h, input_cache = blocks["input"].forward(sub("input"), x)
-        # F2 positional encodings (N, D)
-        pe_cache = None
-        if self.pe_dim:
-            p, pe_cache = blocks["pe"].forward(sub("pe"), pe)
-            h = h + p
-        # F3 global nodes (N + G, D)
-        if self.global_node:
-            g = xp.broadcast_to(params["global.embedding"], (num_graphs, self.hidden_channels))
-            h = xp.concatenate([h, g], axis=0)
-        # F4 edge embedding (E', D): input features on input edges, zeros elsewhere, and types
-        e, edge_cache = None, None
-        if self._edge_features:
-            types = structure.on("edge_types", xp, x.dtype)  # (E', T)
-            if self.edge_dim is not None:
-                raw = xp.zeros((types.shape[0], self.edge_dim), dtype=x.dtype)  # (E', edge_dim)
-                raw[: int(structure.kept.sum())] = edge_attr[structure.on("kept", xp)]
-                types = xp.concatenate([raw, types], axis=1)
-            e, edge_cache = blocks["edge"].forward(sub("edge"), types)
-        # F5 the layers (N', D)
-        layers = []
-        for i in range(self.num_layers):
-            prefix = f"layer{i}"
-            layer_noise = {
-                key.removeprefix(f"{prefix}."): value
-                for key, value in noise.items()
-                if key.startswith(f"{prefix}.")
-            }
-            try:
-                h, layer_cache = blocks[prefix].forward(
-                    sub(prefix), h, structure.graph, e, training, rng, layer_noise
-                )
-            except NonFiniteError as err:  # finite params and input: an overflow in the layer
-                raise NonFiniteError(f"in {prefix}: {err}") from err
-            used.update({f"{prefix}.{key}": value for key, value in layer_cache.noise.items()})
-            layers.append(layer_cache)
-        unknown = sorted(set(noise) - set(used))
-        if unknown:
-            raise ValueError(
-                f"noise has keys {unknown} this forward does not use (used: {sorted(used)})"
-            )
-        # F6 the real nodes (N, D)
-        h = h[:n]
-        if self.pool is None:
-            # F7' node-level head (N, out)
-            out, head = blocks["head"].forward(sub("head"), h)
-            pool_cache = head1 = relu = segments = None
-        else:
-            # F7 pooling per graph (G, D)
-            segments = structure.on("batch", xp)
-            p, pool_cache = GlobalPool(self.pool).forward({}, h, segments)
-            # F8 MLP head (G, out)
-            p, head1 = blocks["head1"].forward(sub("head1"), p)
-            p, relu = ReLU().forward({}, p)
-            out, head = blocks["head2"].forward(sub("head2"), p)
-        cache = GraphTransformerCache(
-            structure,
-            input_cache,
-            pe_cache,
-            edge_cache,
-            tuple(layers),
-            pool_cache,
-            head1,
-            relu,
-            head,
-            segments,
-            used,
+        if self.arch in STUDY_ARCHS:
+            check_study_pe(self, pe, n, x)
+            return study_forward(
+                self, params, x, graph, edge_attr, pe, batch_host, num_graphs, training, rng,
+                noise, state,
+            )  # fmt: skip
+        if state:
+            raise ValueError(f"GraphTransformer arch {self.arch!r} has no state; pass none")
+        return conv_forward(
+            self, params, x, graph, edge_attr, pe, batch_host, num_graphs, training, rng, noise
         )
-        return out, cache
 
     # -- backward ----------------------------------------------------------------------
     def backward(
         self,
         params: dict[str, Any],
-        cache: GraphTransformerCache,
+        cache: GraphTransformerCache | StudyCache,
         d_out: Any,
         input_grad: bool = True,
     ) -> tuple[Any, dict[str, Any]]:
@@ -335,78 +258,21 @@ class GraphTransformer:
         or the tuple ``(d_x[, d_edge_attr][, d_pe])`` when the model takes those inputs
         (``d_x`` is None with ``input_grad=False``)."""
         x = cache.input.x
-        xp = get_array_module(x)
         rows = x.shape[0] if self.pool is None else cache.batch.num_segments
         check_cotangent(d_out, (rows, self.out_channels), x.dtype, x, name="d_out")
         check_bool(input_grad, "GraphTransformer input_grad")
-        blocks, d_params = self.blocks, {}
-
-        if self.pool is None:
-            # B7' (of F7')
-            d_h = block_backward(blocks, params, "head", cache.head, d_out, d_params)
-        else:
-            # B8 (of F8), B7 (of F7)
-            d_p = block_backward(blocks, params, "head2", cache.head, d_out, d_params)
-            d_p, _ = ReLU().backward({}, cache.relu, d_p)
-            d_p = block_backward(blocks, params, "head1", cache.head1, d_p, d_params)
-            d_h, _ = GlobalPool(self.pool).backward({}, cache.pool, d_p)
-        # B6 (of F6) the global nodes' rows get no gradient from the head
-        structure = cache.attention_graph
-        num_global = structure.graph.num_nodes - structure.num_nodes
-        if num_global:
-            d_h = xp.concatenate([d_h, xp.zeros((num_global, d_h.shape[1]), d_h.dtype)])
-        # B5 (of F5) the layers; every layer reads the same edge embedding e
-        d_e = None
-        for i in reversed(range(self.num_layers)):
-            d_inputs = block_backward(blocks, params, f"layer{i}", cache.layers[i], d_h, d_params)
-            if self._edge_features:
-                d_h, d_e_layer = d_inputs
-                d_e = d_e_layer if d_e is None else d_e + d_e_layer
-            else:
-                d_h = d_inputs
-        # B4 (of F4) the edge embedding; the input's columns of the kept edges
-        d_edge_attr = None
-        if self._edge_features:
-            edge_input = self.edge_dim is not None  # the type columns alone need no gradient
-            d_types = block_backward(
-                blocks, params, "edge", cache.edge, d_e, d_params, input_grad=edge_input
-            )
-            if self.edge_dim is not None:
-                kept = structure.kept
-                d_edge_attr = xp.zeros((kept.size, self.edge_dim), dtype=x.dtype)  # (E, edge_dim)
-                d_edge_attr[structure.on("kept", xp)] = d_types[: int(kept.sum()), : self.edge_dim]
-        # B3 (of F3) the global embedding is broadcast to every global node: sum their rows
-        if self.global_node:
-            d_params["global.embedding"] = d_h[structure.num_nodes :].sum(axis=0)
-            d_h = d_h[: structure.num_nodes]
-        # B2 (of F2) positional encodings
-        d_pe = None
-        if self.pe_dim:
-            d_pe = block_backward(blocks, params, "pe", cache.pe, d_h, d_params)
-        # B1 (of F1) input embedding
-        d_x = block_backward(
-            blocks, params, "input", cache.input, d_h, d_params, input_grad=input_grad
-        )
-        d_inputs = [d_x]
-        if self.edge_dim is not None:
-            d_inputs.append(d_edge_attr)
-        if self.pe_dim:
-            d_inputs.append(d_pe)
-        result = d_inputs[0] if len(d_inputs) == 1 else tuple(d_inputs)
-        return result, {name: d_params[name] for name in params}
+        if self.arch in STUDY_ARCHS:
+            return study_backward(self, params, cache, d_out, input_grad)
+        return conv_backward(self, params, cache, d_out, input_grad)
 
     # -- inspection ----------------------------------------------------------------------
-    def activations(self, cache: GraphTransformerCache) -> dict[str, tuple[Any, Any]]:
+    def activations(self, cache: GraphTransformerCache | StudyCache) -> dict[str, tuple]:
         """Per layer, the tensors the massive-activation analysis reads, each with the graph of
         every row: ``layer{l}.scores`` ``((E', H*d_k), (E',))`` the per-edge score vectors
         before the sum over a head's channels (``TransformerConv.score_vectors``), and
         ``layer{l}.output`` ``((N', D), (N',))`` the layer's node outputs (global nodes
-        included). Graph ids are host int64 arrays."""
-        structure = cache.attention_graph
-        edge_graph = structure.row_graph[to_numpy(structure.graph.edge_index[1])]
-        result = {}
-        for i, layer in enumerate(cache.layers):
-            scores = TransformerConv.score_vectors(layer.attention)  # (E', H, d_k)
-            result[f"layer{i}.scores"] = (scores.reshape(scores.shape[0], -1), edge_graph)
-            result[f"layer{i}.output"] = (layer.out, structure.row_graph)
-        return result
+        included); for the study's architectures, the streams it logs
+        (:func:`~refimpl.models.study_archs.study_activations`). Graph ids are host int64."""
+        if self.arch in STUDY_ARCHS:
+            return study_activations(self, cache)
+        return conv_activations(self, cache)

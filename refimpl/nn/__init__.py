@@ -20,12 +20,24 @@ from refimpl.nn.nodeformer.random_features import (
     RandomFeaturesCache,
     draw_projection,
 )
+from refimpl.nn.norms.batchnorm import BatchNorm, BatchNormCache
 from refimpl.nn.norms.layernorm import LayerNorm, LayerNormCache
 from refimpl.nn.norms.pairnorm import PairNorm, PairNormCache
+from refimpl.nn.readout import MLPReadout, MLPReadoutCache
+from refimpl.nn.transformer.attention_stream import AttentionStreamCache
 from refimpl.nn.transformer.graph_transformer_layer import (
     GraphTransformerLayer,
     GraphTransformerLayerCache,
 )
+from refimpl.nn.transformer.graphit_attention import GraphiTAttention, GraphiTAttentionCache
+from refimpl.nn.transformer.graphit_layer import GraphiTLayer
+from refimpl.nn.transformer.gt_attention import GTAttention, GTAttentionCache
+from refimpl.nn.transformer.gt_layer import GTLayer, GTLayerCache
+from refimpl.nn.transformer.pair_attention import PairAttention, PairAttentionCache
+from refimpl.nn.transformer.san_attention import SANAttention, SANAttentionCache
+from refimpl.nn.transformer.san_layer import SANLayer
+from refimpl.nn.transformer.san_lpe import LearnedLaplacianPE, LearnedLaplacianPECache
+from refimpl.nn.transformer.stream import StreamCache, TransformerStream
 from refimpl.nn.transformer.transformer_conv import TransformerConv, TransformerConvCache
 
 __all__ = [
@@ -33,28 +45,49 @@ __all__ = [
     "AllPairSoftmaxCache",
     "Attention",
     "AttentionCache",
+    "AttentionStreamCache",
+    "BatchNorm",
+    "BatchNormCache",
     "EdgeLossCache",
     "GATCache",
     "GATConv",
+    "GTAttention",
+    "GTAttentionCache",
+    "GTLayer",
+    "GTLayerCache",
     "GraphTransformerLayer",
     "GraphTransformerLayerCache",
+    "GraphiTAttention",
+    "GraphiTAttentionCache",
+    "GraphiTLayer",
     "KernelizedSoftmax",
     "KernelizedSoftmaxCache",
     "LayerNorm",
     "LayerNormCache",
+    "LearnedLaplacianPE",
+    "LearnedLaplacianPECache",
+    "MLPReadout",
+    "MLPReadoutCache",
     "MultiHeadAttention",
     "MultiHeadAttentionCache",
     "NodeFormerCache",
     "NodeFormerConv",
     "NodeFormerEdgeLoss",
+    "PairAttention",
+    "PairAttentionCache",
     "PairNorm",
     "PairNormCache",
     "PositiveRandomFeatures",
     "RandomFeaturesCache",
+    "SANAttention",
+    "SANAttentionCache",
+    "SANLayer",
+    "StreamCache",
     "TransformerAttention",
     "TransformerAttentionCache",
     "TransformerConv",
     "TransformerConvCache",
     "TransformerLipschitzCache",
+    "TransformerStream",
     "draw_projection",
 ]

@@ -24,7 +24,9 @@ __all__ = [
     "accumulate_grads",
     "block_backward",
     "flat_param_shapes",
+    "flat_state_shapes",
     "init_flat_params",
+    "init_flat_state",
     "split_params",
 ]
 
@@ -46,6 +48,27 @@ def init_flat_params(
         f"{prefix}.{name}": value
         for prefix, block in blocks.items()
         for name, value in block.init_params(rng, backend=backend, dtype=dtype).items()
+    }
+
+
+def flat_state_shapes(blocks: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """``{prefix}.{name}`` and shape of the state beside the parameters (BatchNorm's running
+    statistics) of every block that has some (``state_shapes()``), in block order."""
+    return {
+        f"{prefix}.{name}": shape
+        for prefix, block in blocks.items()
+        if hasattr(block, "state_shapes")
+        for name, shape in block.state_shapes().items()
+    }
+
+
+def init_flat_state(blocks: dict[str, Any], backend: str | None, dtype: Any) -> dict[str, Any]:
+    """Each stateful block's own ``init_state``, flattened as :func:`flat_state_shapes`."""
+    return {
+        f"{prefix}.{name}": value
+        for prefix, block in blocks.items()
+        if hasattr(block, "init_state")
+        for name, value in block.init_state(backend=backend, dtype=dtype).items()
     }
 
 

@@ -41,9 +41,10 @@ from refimpl.backend import asarray
 from refimpl.data.graph_batch import GraphBatch, collate
 from refimpl.data.graph_dataset import GraphDataset
 from refimpl.data.pointers import index_ranges
-from refimpl.data.positional import laplacian_pe, random_sign_flip
+from refimpl.data.positional import laplacian_pe, random_sign_flip, random_walk_pe
 from refimpl.fields import check_bool, check_nonnegative_int, check_nonnegative_number
 from refimpl.metrics import roc_auc
+from refimpl.nn.transformer.san_lpe import eigenpairs_padded
 from refimpl.ops.losses import BCEWithLogits, L1Loss, MSELoss
 from refimpl.optim import make_optimizer
 from refimpl.train.checkpoint import atomic_savez, save_checkpoint
@@ -62,6 +63,7 @@ from refimpl.train.run_lock import run_folder_lock
 __all__ = ["GraphRunResult", "GraphTrainConfig", "train_graph_model"]
 
 LOSSES = {"l1": L1Loss, "mse": MSELoss, "bce": BCEWithLogits}
+PE_KINDS = ("laplacian", "random-walk", "learned-laplacian")
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,11 @@ class GraphTrainConfig:
     weight_decay: float = 0.0
     loss: str | None = None  # None: "l1" for regression (ZINC's MAE), "bce" for multi-label
     seed: int = 0
-    sign_flip: bool = True  # flip the positional encodings' signs at random in training
+    sign_flip: bool = True  # flip the Laplacian encodings' signs at random in training
+    # the positional encodings computed for the model's pe_dim (or lpe_eigenpairs) columns:
+    # "laplacian" eigenvectors, "random-walk" return probabilities, or "learned-laplacian",
+    # the padded eigenpairs SAN's learned encoding reads
+    pe: str = "laplacian"
     checkpoint_every: int = 0  # epochs between checkpoints; 0: none
     dtype: str = "float64"  # training precision ("float32" is about twice as fast)
     eval_batch_size: int = 512  # graphs per evaluation forward (memory only)
@@ -93,6 +99,8 @@ class GraphTrainConfig:
                 f"GraphTrainConfig loss must be None or one of {sorted(LOSSES)}, got {self.loss!r}"
             )
         check_nonnegative_int(self.seed, "GraphTrainConfig seed")  # default_rng([seed, k])
+        if self.pe not in PE_KINDS:
+            raise ValueError(f"GraphTrainConfig pe must be one of {PE_KINDS}, got {self.pe!r}")
         object.__setattr__(
             self, "sign_flip", check_bool(self.sign_flip, "GraphTrainConfig sign_flip")
         )
@@ -125,13 +133,12 @@ class GraphRunResult:
 class _Split:
     """One split's graphs with their positional encodings, batched on demand."""
 
-    def __init__(self, dataset: GraphDataset, pe_dim: int, dtype: Any) -> None:
+    def __init__(self, dataset: GraphDataset, pe_dim: int, kind: str, dtype: Any) -> None:
         self.dataset, self.dtype = dataset, dtype
         self.pe = None
         if pe_dim and len(dataset):
             whole = collate(dataset, np.arange(len(dataset)))
-            pe = laplacian_pe(whole.graph, pe_dim, whole.node_ptr)  # (N_total, pe_dim)
-            self.pe = pe.astype(dtype, copy=False)
+            self.pe = _encodings(whole, pe_dim, kind).astype(dtype, copy=False)
         self._eval_batches: tuple[int, list] | None = None  # (batch size, batches)
 
     def batch(self, indices: np.ndarray) -> tuple[GraphBatch, Any]:
@@ -154,6 +161,18 @@ class _Split:
             ]
             self._eval_batches = (batch_size, batches)
         return self._eval_batches[1]
+
+
+def _encodings(batch: GraphBatch, columns: int, kind: str) -> np.ndarray:
+    """The positional encodings of every node of ``batch``: ``(N, columns)`` Laplacian
+    eigenvectors or random-walk return probabilities, or ``(N, columns, 3)`` padded eigenpairs
+    (entries, eigenvalues, 1.0 where valid) for SAN's learned encoding."""
+    if kind == "laplacian":
+        return laplacian_pe(batch.graph, columns, batch.node_ptr)
+    if kind == "random-walk":
+        return random_walk_pe(batch.graph, columns, batch.batch)
+    vectors, values, valid = eigenpairs_padded(batch.graph, columns, batch.node_ptr)
+    return np.stack([vectors, values, valid.astype(np.float64)], axis=2)
 
 
 def _init_state(model: Any, dtype: Any) -> dict[str, Any]:
@@ -244,9 +263,14 @@ def _train(
     metric_name = "roc_auc" if multi_label else "mae"
     better = (lambda a, b: a > b) if multi_label else (lambda a, b: a < b)
     dtype = np.dtype(config.dtype)
-    pe_dim = getattr(model, "pe_dim", 0)
+    pe_dim = getattr(model, "lpe_eigenpairs", 0) or getattr(model, "pe_dim", 0)
+    if bool(getattr(model, "lpe_eigenpairs", 0)) != (config.pe == "learned-laplacian"):
+        raise ValueError(
+            "GraphTrainConfig pe='learned-laplacian' goes with a model with lpe_eigenpairs "
+            f"(SAN's learned encoding) and only with one; got pe={config.pe!r}"
+        )
     splits = {
-        name: _Split(data, pe_dim, dtype)
+        name: _Split(data, pe_dim, config.pe, dtype)
         for name, data in [("train", train), ("val", val), ("test", test)]
     }
     optimizer = make_optimizer("adam", lr=config.lr, weight_decay=config.weight_decay)
@@ -278,7 +302,7 @@ def _train(
             indices = order[begin : begin + config.batch_size]
             batch, pe = splits["train"].batch(indices)
             # 2 sign flip, forward, loss, backward, step
-            if pe is not None and config.sign_flip:
+            if pe is not None and config.sign_flip and config.pe == "laplacian":
                 pe, _ = random_sign_flip(pe, rng)
             inputs = _inputs(model, batch, pe, dtype, model_state)
             out_batch, cache = checked_forward(

@@ -1,7 +1,8 @@
 """Laplacian positional encodings: eigen-invariants against an independently built dense
 Laplacian (the eigenvectors of repeated eigenvalues are not unique, so only invariants are
 tested), per-block batching, zero padding, the sign rule, the sparse path, PyG parity, and
-the random sign flip."""
+the random sign flip. Random-walk encodings: against the study's released computation
+written densely, return probabilities worked by hand, batching, and PyG's convention."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from hypothesis import strategies as st
 from refimpl import Graph
 from refimpl.backend import array_module, to_numpy
 from refimpl.data import positional
-from refimpl.data.positional import laplacian_pe, random_sign_flip
-from tests.strategies import graphs, seeds
+from refimpl.data.positional import laplacian_pe, random_sign_flip, random_walk_pe
+from refimpl.testing import max_relative_error
+from refimpl.testing.strategies import graphs, seeds
+from refimpl.testing.tolerances import FORWARD_RTOL
 
 ATOL = 1e-10  # eigh / eigsh residuals are ~1e-15 here; invariants hold to rounding
 
@@ -215,3 +218,145 @@ def test_random_sign_flip_rejects_bad_input() -> None:
         random_sign_flip(np.zeros(3), np.random.default_rng(0))
     with pytest.raises(TypeError, match=r"numpy\.random\.Generator"):
         random_sign_flip(np.zeros((3, 2)), 0)
+
+
+# -- random-walk encodings -----------------------------------------------------------------------
+
+
+def released_rwpe(graph: Graph, k: int, rows_are_sources: bool) -> np.ndarray:
+    """gnn-lspe ``data/molecules.py`` ``init_positional_encoding('rand_walk')`` in dense NumPy:
+    ``A = g.adjacency_matrix(scipy_fmt="csr")``, ``Dinv = diag(in_degrees.clip(1) ** -1)``,
+    ``RW = A * Dinv`` (a matrix product), the diagonals of ``RW, RW^2, ..., RW^k``. DGL's
+    adjacency put sources on the rows in some releases and targets in others: both here."""
+    n = graph.num_nodes
+    a = np.zeros((n, n))
+    in_degree = np.zeros(n)
+    for u, v in graph.edge_index.T:  # duplicates add up, as SciPy sums DGL's repeated entries
+        a[(u, v) if rows_are_sources else (v, u)] += 1
+        in_degree[v] += 1
+    rw = a @ np.diag(np.clip(in_degree, 1, None) ** -1.0)
+    return np.stack([np.diag(np.linalg.matrix_power(rw, j)) for j in range(1, k + 1)], axis=-1)
+
+
+@given(graph=graphs(max_nodes=9, max_edges=20), k=st.integers(1, 7))
+@example(graph=Graph(np.zeros((2, 0), dtype=np.int64), 3), k=2)  # no edge: all zero
+def test_random_walk_pe_is_the_released_computation(graph: Graph, k: int) -> None:
+    pe = random_walk_pe(graph, k)
+    assert pe.shape == (graph.num_nodes, k) and pe.dtype == np.float64
+    for rows_are_sources in (True, False):
+        expected = released_rwpe(graph, k, rows_are_sources)
+        assert max_relative_error(pe, expected) <= FORWARD_RTOL[np.dtype(np.float64)]
+    assert np.all((pe >= 0) & (pe <= 1 + 1e-12))
+
+
+PATH_3 = Graph([[0, 1, 1, 2], [1, 0, 2, 1]], 3)
+
+
+def test_random_walk_pe_on_a_path_worked_by_hand() -> None:
+    # Path 0 - 1 - 2: from an end the walk must go to 1, from 1 to either end (1/2 each). An
+    # odd walk ends on the other colour of the bipartite path: 0. Back at an end after 2
+    # steps: 1 * 1/2; after 4: (1/2 at this end) * 1/2 + (1/2 at the other end) * 1/2 = 1/2.
+    # From the middle every even walk is back: 1.
+    expected = [[0, 0.5, 0, 0.5], [0, 1, 0, 1], [0, 0.5, 0, 0.5]]
+    np.testing.assert_allclose(random_walk_pe(PATH_3, 4), expected, rtol=1e-15)
+
+
+@pytest.mark.parametrize(
+    ("n", "expected"),
+    [
+        # Triangle: the walk is at +-1 mod 3 after step 1; it returns when its +-1 steps sum to
+        # 0 mod 3. 2 steps: +1-1, -1+1 of 4 -> 1/2; 3 steps: +1+1+1, -1-1-1 of 8 -> 1/4;
+        # 4 steps: sums -4..4 in steps of 2, 0 mod 3 only at 0, C(4, 2) = 6 of 16 -> 3/8.
+        (3, [0, 1 / 2, 1 / 4, 3 / 8]),
+        # Square: odd walks cannot return (bipartite); sum 0 mod 4 from 2 steps: 2 of 4;
+        # from 4 steps: sums 0 (C(4,2) = 6) and +-4 (2): 8 of 16.
+        (4, [0, 1 / 2, 0, 1 / 2]),
+    ],
+)
+def test_random_walk_pe_on_cycles_worked_by_hand(n: int, expected: list) -> None:
+    cycle = Graph.from_networkx(nx.cycle_graph(n))
+    np.testing.assert_allclose(random_walk_pe(cycle, 4), np.tile(expected, (n, 1)), rtol=1e-15)
+
+
+def test_random_walk_pe_counts_duplicates_and_walks_incoming_edges() -> None:
+    # Star 1 - 0 - 2 with the edge 1 -> 0 twice: in(0) = 3, so the walk from 0 steps to 1
+    # with probability 2/3 and to 2 with 1/3, and from 1 or 2 back to 0 (their one incoming
+    # edge). Return after 2 steps: 1 from 0, 2/3 from 1, 1/3 from 2 (1/2 each if merged).
+    star = Graph([[1, 1, 2, 0, 0], [0, 0, 0, 1, 2]], 3)
+    np.testing.assert_allclose(random_walk_pe(star, 2), [[0, 1], [0, 2 / 3], [0, 1 / 3]])
+
+
+def test_random_walk_pe_self_loops_isolated_and_source_only_nodes() -> None:
+    # 0: a self-loop only, returns every step; 1: isolated, its walk stops at once: 0; 2 -> 3
+    # and 3 -> 2, 4 -> 2: 2 has in-edges from 3 and 4 (1/2 each), 3 only from 2, 4 none: the
+    # walk 2 -> 3 -> 2 returns with 1/2, the one from 3 with 1/2, and 4's walk stops: 0.
+    graph = Graph([[0, 2, 3, 4], [0, 3, 2, 2]], 5)
+    expected = [[1, 1, 1], [0, 0, 0], [0, 0.5, 0], [0, 0.5, 0], [0, 0, 0]]
+    np.testing.assert_allclose(random_walk_pe(graph, 3), expected, rtol=1e-15)
+
+
+@given(parts=st.lists(graphs(max_nodes=6, max_edges=12), min_size=1, max_size=4))
+def test_random_walk_pe_of_a_batch_is_each_graphs_own(parts: list[Graph]) -> None:
+    batch, ptr = _batch(parts)
+    graph_of = np.repeat(np.arange(len(parts)), np.diff(ptr))
+    pe = random_walk_pe(batch, 5, graph_of)
+    np.testing.assert_array_equal(pe, random_walk_pe(batch, 5))  # batch only checks
+    for j, part in enumerate(parts):
+        block = pe[ptr[j] : ptr[j + 1]]
+        assert max_relative_error(block, random_walk_pe(part, 5)) <= FORWARD_RTOL[np.dtype("f8")]
+
+
+@given(graph=graphs(max_nodes=9, max_edges=20), k=st.integers(1, 6))
+def test_random_walk_pe_matches_pyg_on_undirected_graphs_without_duplicates(
+    graph: Graph, k: int
+) -> None:
+    torch = pytest.importorskip("torch")
+    transforms = pytest.importorskip("torch_geometric.transforms")
+    from torch_geometric.data import Data
+
+    # PyG walks outgoing edges (out-degree) and stores one entry per (u, v) however many edges
+    # join them: it agrees with the study where every edge has its reverse, each once.
+    src, dst = graph.edge_index
+    keys = np.unique(np.concatenate([src * graph.num_nodes + dst, dst * graph.num_nodes + src]))
+    undirected = Graph(np.stack([keys // graph.num_nodes, keys % graph.num_nodes]), graph.num_nodes)
+    data = Data(edge_index=torch.tensor(undirected.edge_index), num_nodes=graph.num_nodes)
+    theirs = transforms.AddRandomWalkPE(k, attr_name="pe")(data).pe.numpy()
+    np.testing.assert_allclose(random_walk_pe(undirected, k), theirs, atol=1e-6)  # PyG: float32
+
+
+def test_random_walk_pe_differs_from_pyg_on_a_directed_graph() -> None:
+    torch = pytest.importorskip("torch")
+    transforms = pytest.importorskip("torch_geometric.transforms")
+    from torch_geometric.data import Data
+
+    # 0 -> 1, 1 -> 0, 2 -> 0. The study walks incoming edges: from 0 to 1 or 2 (1/2 each),
+    # and 2 has none, so 0 and 1 return after 2 steps with 1/2. PyG walks outgoing edges:
+    # 0 -> 1 -> 0 surely, so 1 and 1.
+    graph = Graph([[0, 1, 2], [1, 0, 0]], 3)
+    data = Data(edge_index=torch.tensor(graph.edge_index), num_nodes=3)
+    theirs = transforms.AddRandomWalkPE(2, attr_name="pe")(data).pe.numpy()
+    np.testing.assert_allclose(theirs, [[0, 1], [0, 1], [0, 0]])
+    np.testing.assert_allclose(random_walk_pe(graph, 2), [[0, 0.5], [0, 0.5], [0, 0]])
+
+
+def test_random_walk_pe_on_a_device_backend() -> None:
+    strict = Graph(array_module("strict").asarray(PATH_3.edge_index), 3)
+    np.testing.assert_array_equal(random_walk_pe(strict, 3), random_walk_pe(PATH_3, 3))
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "match"),
+    [
+        ((PATH_3, 0), ValueError, r"k must be an int >= 1 \(walk lengths"),
+        ((PATH_3, 2.0), ValueError, "k must be an int >= 1"),
+        ((PATH_3, True), ValueError, "k must be an int >= 1"),
+        ((PATH_3.edge_index, 2), TypeError, "refimpl.Graph"),
+        ((Graph([[0], [1]], 2, num_dst_nodes=3), 2), ValueError, "bipartite"),
+        ((PATH_3, 2, np.array([0, 0, 1])), ValueError, r"edge 2 \(1 -> 2\) joins graph 0 to"),
+        ((PATH_3, 2, np.array([0, 0])), ValueError, r"one graph id per node \(3,\)"),
+        ((PATH_3, 2, np.zeros(3)), ValueError, "1-D integer array"),
+    ],
+)
+def test_random_walk_pe_rejects_bad_input(args: tuple, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        random_walk_pe(*args)

@@ -61,3 +61,20 @@ def test_a_second_run_into_the_same_out_is_refused_unless_asked(script, tmp_path
         script.main([*TINY[:4], "--hidden", "16", "--out", str(tmp_path), "--resume"])
     replaced = script.main([*TINY, "--epochs", "2", "--out", str(tmp_path), "--overwrite"])
     assert replaced["training"]["epochs_run"] == 2
+
+
+@pytest.mark.parametrize(
+    ("arch", "streams"),
+    [
+        ("gt", ["h.attention", "e.attention", "h.output", "e.output"]),
+        ("san", ["h.attention", "e.attention", "h.output"]),
+    ],
+)
+def test_the_studys_architectures_report_every_stream(script, tmp_path, arch, streams):
+    # issue 34: the ratios and the KS test read each architecture's node and edge streams and
+    # its attention products, named as the study's malog_h / malog_e
+    pytest.importorskip("matplotlib")
+    summary = script.main([*TINY, "--epochs", "1", "--arch", arch, "--out", str(tmp_path)])
+    layers = [record["layer"] for record in summary["layers"]]
+    assert layers == [f"layer{i}.{name}" for i in range(2) for name in streams]
+    assert (tmp_path / "run" / "final_state.npz").exists()  # BatchNorm's statistics

@@ -66,7 +66,7 @@ def test_positional_encodings_follow_their_graphs_into_batches(splits: tuple) ->
     its own graphs, in collated order (each graph's eigenvectors are its own: the same as
     computed for the batch alone)."""
     train = splits[0]
-    split = _Split(train, 3, np.dtype(np.float64))
+    split = _Split(train, 3, "laplacian", np.dtype(np.float64))
     indices = np.array([5, 0, 7, 2])
     batch, pe = split.batch(indices)
     alone = collate(train, indices)
@@ -87,7 +87,7 @@ def test_empty_evaluation_splits_give_nan_and_select_the_last_epoch(splits: tupl
 
 def test_evaluation_batches_are_built_once_and_in_order(splits: tuple) -> None:
     val = splits[1]
-    split = _Split(val, 3, np.dtype(np.float64))
+    split = _Split(val, 3, "laplacian", np.dtype(np.float64))
     batches = split.eval_batches(2)
     assert split.eval_batches(2) is batches  # reused every epoch
     assert sum(batch.num_graphs for batch, _ in batches) == len(val)

@@ -23,10 +23,13 @@ over whatever graph it is given. Eq. 7 includes ``i = j``; the model
 own edge type before the first layer, so the layer itself adds none (as PyG's
 ``TransformerConv``, whose conventions F1 follows: see
 :mod:`refimpl.nn.transformer.transformer_conv`). Eq. 12 prints a scalar ``f(e_ij)`` added
-to ``q_i^T k_j``; here (as in PyG and in Dwivedi & Bresson's GT with edge
-features) it is the bilinear ``q_i . W^E e_ij``, and Eq. 13's ``g`` is the same
-``W^E``. ``lipschitz_norm="paper"`` replaces ``1 / sqrt(d_k)`` in F1 by
-LipschitzNorm Eq. 19 per head and per target neighbourhood.
+to ``q_i^T k_j``; here (as in PyG) it is the bilinear ``q_i . W^E e_ij``, and Eq. 13's
+``g`` is the same ``W^E``. Dwivedi & Bresson's GT with edge features does otherwise: it
+multiplies the scaled ``k_j * q_i`` channel by channel by ``W^E e_ij`` before summing the
+channels, clamps the sum to ``[-5, 5]`` before ``exp``, adds no edge term to the values,
+and carries the products on as an edge stream with its own output projection, FFN and norms
+(:class:`~refimpl.nn.transformer.gt_layer.GTLayer`). ``lipschitz_norm="paper"`` replaces
+``1 / sqrt(d_k)`` in F1 by LipschitzNorm Eq. 19 per head and per target neighbourhood.
 
 Eq. 3-5 have no biases: ``qkv_bias=False`` by default (Dwivedi & Bresson's GT
 likewise), while ``W^O`` and the FFN carry biases (Eq. 9 has none printed, the

@@ -1,0 +1,98 @@
+"""``SANLayer``: one layer of SAN (Kreuzer et al. 2021) as the massive-activation study ran it
+(``SAN_GT_Layer`` of ``gnn-lspe/layers/san_gt_layer.py``, ``GraphTransformerLayer`` of
+``SAN/layers/graph_transformer_layer.py``): :class:`~refimpl.nn.transformer.san_attention.
+SANAttention` on the nodes, then one node :class:`~refimpl.nn.transformer.stream.
+TransformerStream` (dropout, ``O_h``, residual, norm, FFN, residual, norm)::
+
+    F1  a = SANAttention(h, pairs, e, real)         (N, D)  attention_h
+    F2  out = TransformerStream(a, h)               (N, D)  dropout .. batch_norm2_h
+
+The edge features pass through unchanged (the released layer returns ``e``, or None): every
+layer reads the embedded ``e``. Parameters: ``attention.*`` then ``stream.*``; state (BatchNorm's
+running statistics): ``stream.*``; noise keys: the stream's ``dropout1``, ``dropout2``. The
+body is :class:`~refimpl.nn.transformer.attention_stream.AttentionStreamLayer`, shared with
+GraphiT-GT's layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from refimpl.fields import check_bool, check_positive_int
+from refimpl.graph import Graph
+from refimpl.nn.transformer.attention_stream import AttentionStreamCache, AttentionStreamLayer
+from refimpl.nn.transformer.san_attention import SANAttention
+from refimpl.nn.transformer.stream import TransformerStream
+
+__all__ = ["SANLayer", "SANLayerCache"]
+
+SANLayerCache = AttentionStreamCache  # .attention is a SANAttentionCache
+
+
+@dataclass(frozen=True)
+class SANLayer(AttentionStreamLayer):
+    """SAN's attention and the released node stream around it: ``out = TransformerStream(
+    SANAttention(h, pairs, e, real), h)`` (``SAN_GT_Layer.forward``; module docstring).
+
+    Parameters
+    ----------
+    channels : int
+        ``D`` (``hidden_dim``), in and out.
+    heads : int
+        Default 8, as the study's configs.
+    full_graph, gamma, learn_gamma, bias : bool, float, bool, bool
+        As :class:`~refimpl.nn.transformer.san_attention.SANAttention` (defaults True, 0.1,
+        False, False).
+    dropout : float
+        The stream's two dropouts, default 0.0 (the ZINC configs).
+    norm : str
+        ``"batch"`` (default, the configs), ``"layer"``, ``"none"`` or ``"layer+batch"``.
+    residual : bool
+        Default True.
+
+    Shapes
+    ------
+    ``h (N, D)``, pairs graph with ``P`` pairs, ``e (P, D)``, ``real (P,)`` -> ``out (N, D)``.
+    """
+
+    channels: int
+    heads: int = 8
+    full_graph: bool = True
+    gamma: float = 0.1
+    learn_gamma: bool = False
+    bias: bool = False
+    dropout: float = 0.0
+    norm: str = "batch"
+    residual: bool = True
+    blocks: dict[str, Any] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        check_positive_int(self.channels, "SANLayer channels")
+        for name in ("full_graph", "learn_gamma", "bias", "residual"):  # in the layer's name
+            object.__setattr__(self, name, check_bool(getattr(self, name), f"SANLayer {name}"))
+        attention = SANAttention(
+            self.channels, self.heads, self.full_graph, self.gamma, self.learn_gamma, self.bias
+        )
+        stream = TransformerStream(
+            self.channels, dropout=self.dropout, norm=self.norm, residual=self.residual
+        )
+        object.__setattr__(self, "blocks", {"attention": attention, "stream": stream})
+
+    def forward(
+        self,
+        params: dict[str, Any],
+        h: Any,
+        graph: Graph,
+        e: Any,
+        real: Any = None,
+        training: bool = False,
+        rng: np.random.Generator | None = None,
+        noise: dict[str, Any] | None = None,
+        state: dict[str, Any] | None = None,
+    ) -> tuple[Any, AttentionStreamCache]:
+        """``out (N, D)`` for ``h (N, D)`` over the pairs ``graph`` (``e (P, D)``, ``real
+        (P,)``); ``state`` keyed ``stream.*`` (None: the initial statistics, training only)."""
+        return self._forward_layer(params, h, (graph, e, real), training, rng, noise, state)
