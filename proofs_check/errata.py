@@ -16,6 +16,7 @@ import numpy as np
 from proofs_check import (
     conservation,
     errata_gat_balance,
+    errata_massive_activations,
     errata_nodeformer,
     lipschitz,
     prf,
@@ -328,3 +329,4 @@ ERRATA += [
 ERRATA += prf.errata()
 
 ERRATA += errata_gat_balance.ERRATA + errata_nodeformer.ERRATA
+ERRATA += errata_massive_activations.ERRATA
