@@ -5,7 +5,8 @@ loop that reports it copies no array. ROC AUC (multi-label data) ranks with SciP
 it copies its inputs to NumPy (:func:`refimpl.backend.to_numpy`; one device-to-host
 transfer per call on CuPy). Inputs may come from any backend, even different ones.
 ``mask`` is a boolean ``(N,)`` array selecting the rows to score (a split), or
-``None`` for all rows; selecting no row is an error, as is a NaN or infinite
+``None`` for all rows (:func:`roc_auc` also takes an ``(N, K)`` mask of single entries,
+for labels missing in places); selecting no row is an error, as is a NaN or infinite
 score (a diverged model has no meaningful ranking).
 """
 
@@ -71,10 +72,15 @@ def roc_auc(scores: Any, targets: Any, mask: Any = None, average: str = "macro")
     exactly (rank sums are half-integers, exact in float64 below 2**52).
 
     Parameters: ``scores`` (N, K) or (N,) real or boolean; ``targets`` of the same shape,
-    0/1 (bool, integer or float); ``mask`` (N,) bool or ``None``.
+    0/1 (bool, integer or float); ``mask`` (N,) bool (rows), the scores' shape (single
+    entries: the observed labels of a multi-label task with missing ones; targets outside
+    it are never read, so NaN there is fine) or ``None``.
     ``average="macro"``: the mean of the per-column AUCs over columns that have
-    both classes among the selected rows; a column with only one class is
-    skipped (its AUC is undefined), as in the OGB multi-task evaluators;
+    both classes among their selected entries, each column's AUC over its selected
+    entries only; a column with only one class is skipped (its AUC is undefined):
+    OGB's rule (``Evaluator._eval_rocauc`` in ``ogb/graphproppred/evaluate.py``: a task
+    counts if it has at least one positive and one negative label, its AUC is taken over
+    its labelled rows, NaN marking the unlabelled, and the tasks' AUCs are averaged);
     ``"micro"``: one AUC over all selected (score, target) pairs pooled. If no
     column has both classes, ``ValueError``.
 
@@ -90,28 +96,34 @@ def roc_auc(scores: Any, targets: Any, mask: Any = None, average: str = "macro")
     truth = _host(targets, "targets", kinds="biuf")
     if truth.shape != values.shape:
         raise ValueError(f"targets must have the scores' shape {values.shape}, got {truth.shape}")
-    rows = _rows(mask, values.shape[0])
-    values, truth = values[rows], truth[rows]
-    _check_finite(values, "scores")
-    if not np.all((truth == 0) | (truth == 1)):
+    columns = (len(values), values.shape[1] if values.ndim == 2 else 1)  # (N, K); K=1 for (N,)
+    entries = _entries(mask, values.shape).reshape(columns)  # (N, K) the selected entries
+    values, truth = values.reshape(columns), truth.reshape(columns)
+    if not entries.any():
+        raise ValueError("no entries to score: the mask selects nothing (or N = 0)")
+    _check_finite(values[entries], "scores")
+    if not np.all((truth[entries] == 0) | (truth[entries] == 1)):
         raise ValueError("targets must be 0 or 1 (binary labels per column)")
-    values = values.reshape(len(values), -1)  # (N, K); one column for (N,)
-    truth = truth.reshape(values.shape).astype(bool)  # (N, K)
-    if average == "micro":
-        values, truth = values.reshape(-1, 1), truth.reshape(-1, 1)  # (N K, 1): pool all pairs
-    positives = truth.sum(axis=0)  # (K,) P per column
-    negatives = len(truth) - positives  # (K,) Q per column
+    truth = np.where(entries, truth, 0).astype(bool)  # (N, K) unselected entries never read
+    if average == "micro":  # (N K, 1): pool all pairs
+        values, truth, entries = (a.reshape(-1, 1) for a in (values, truth, entries))
+    positives = (truth & entries).sum(axis=0)  # (K,) P per column
+    negatives = entries.sum(axis=0) - positives  # (K,) Q per column
     kept = (positives > 0) & (negatives > 0)
     if not kept.any():
         raise ValueError(
             "ROC AUC is undefined: no column has both a positive and a negative target among "
             "the selected rows"
         )
-    values, truth = values[:, kept], truth[:, kept]  # (N, K')
-    positives, negatives = positives[kept].astype(np.float64), negatives[kept].astype(np.float64)
-    ranks = rankdata(values, method="average", axis=0)  # (N, K') mid-ranks, 1-based
-    u = np.where(truth, ranks, 0.0).sum(axis=0) - positives * (positives + 1) / 2  # (K',)
-    return float(np.mean(u / (positives * negatives)))
+    aucs = []
+    for column in np.flatnonzero(kept):
+        chosen = entries[:, column]
+        # mid-ranks (1-based) among the column's selected entries only
+        ranks = rankdata(values[chosen, column], method="average")
+        p, q = float(positives[column]), float(negatives[column])
+        u = ranks[truth[chosen, column]].sum() - p * (p + 1) / 2
+        aucs.append(u / (p * q))
+    return float(np.mean(aucs))
 
 
 _KIND_WORDS = {"b": "boolean", "i": "integer", "u": "integer", "f": "floating-point"}
@@ -155,6 +167,22 @@ def _rows(mask: Any, num_rows: int, xp: Any = np) -> Any:
     if not bool(rows.any()):
         raise ValueError("no rows to score: the mask selects nothing (or N = 0)")
     return rows
+
+
+def _entries(mask: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """The selected entries of an array of ``shape`` as a bool NumPy array of that shape: a
+    row mask (N,) broadcast over the columns, an entry mask of ``shape`` as is, or all."""
+    if mask is None:
+        return np.ones(shape, dtype=bool)
+    mask = _host(mask, "mask", kinds="b")
+    if mask.shape == shape:
+        return mask
+    if mask.shape != shape[:1]:
+        raise ValueError(
+            f"mask must have shape (N,) = ({shape[0]},) (rows) or the scores' shape {shape} "
+            f"(entries), got {mask.shape}"
+        )
+    return np.broadcast_to(mask.reshape((-1,) + (1,) * (len(shape) - 1)), shape)
 
 
 def _check_finite(values: Any, name: str) -> None:

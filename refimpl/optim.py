@@ -36,9 +36,20 @@ from typing import Any, Protocol
 import numpy as np
 
 from refimpl.backend import asarray, backend_name, get_array_module, is_array
+from refimpl.schedules import MultiStepLR, ReduceLROnPlateau, with_lr
 from refimpl.validation import NonFiniteError, all_finite
 
-__all__ = ["OPTIMIZERS", "SGD", "Adam", "NonFiniteUpdate", "Optimizer", "make_optimizer"]
+__all__ = [
+    "OPTIMIZERS",
+    "SGD",
+    "Adam",
+    "MultiStepLR",  # learning-rate schedules, defined in refimpl.schedules
+    "NonFiniteUpdate",
+    "Optimizer",
+    "ReduceLROnPlateau",
+    "make_optimizer",
+    "with_lr",
+]
 
 Params = Mapping[str, Any]
 State = dict[str, Any]

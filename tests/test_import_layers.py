@@ -32,6 +32,7 @@ FLOORS = {
     "refimpl.neurons": 3,
     "refimpl.metrics": 3,
     "refimpl.optim": 3,
+    "refimpl.schedules": 3,
     "refimpl.jacobian": 3,
     "refimpl.init": 3,
     "refimpl.naive": 3,

@@ -101,6 +101,41 @@ def test_roc_auc_matches_pairwise_count(case):
             assert roc_auc(scores[:, j], targets[:, j], mask) == auc
 
 
+@given(rankings(one_d=False), seeds())
+def test_roc_auc_entry_mask_scores_each_task_over_its_observed_rows(case, seed):
+    # OGB's Evaluator._eval_rocauc (ogbg-moltox21): a task counts if it has a positive and a
+    # negative label; its AUC uses its labelled rows only; the counted tasks are averaged.
+    scores, targets, _ = case
+    observed = np.random.default_rng(seed).random(scores.shape) < 0.6
+    labels = np.where(observed, targets, np.nan)  # OGB's empty cells
+    aucs = [
+        brute_force_auc(scores[observed[:, j], j], targets[observed[:, j], j], None)
+        for j in range(scores.shape[1])
+        if observed[:, j].any()
+    ]
+    counted = [auc[0] for auc in aucs if auc]
+    if not counted:  # no task with both classes, or nothing observed at all
+        with pytest.raises(ValueError, match=r"no column has both|mask selects nothing"):
+            roc_auc(scores, labels, observed)
+        return
+    assert roc_auc(scores, labels, observed) == pytest.approx(np.mean(counted), rel=1e-15)
+    pooled = brute_force_auc(scores[observed], targets[observed], None)  # some observed
+    if pooled:  # micro: one AUC over the observed entries pooled
+        assert roc_auc(scores, labels, observed, "micro") == pytest.approx(pooled[0], rel=1e-15)
+
+
+def test_roc_auc_entry_mask_is_not_a_row_mask():
+    # A task's missing label must drop that (row, task) entry only, not the row's other labels.
+    scores = np.array([[0.1, 0.9], [0.8, 0.2], [0.3, 0.6]])
+    targets = np.array([[0.0, 1.0], [1.0, np.nan], [np.nan, 0.0]])
+    observed = ~np.isnan(targets)
+    # task 0: rows 0 (neg, 0.1), 1 (pos, 0.8): 1.0; task 1: rows 0 (pos, 0.9), 2 (neg, 0.6): 1.0
+    assert roc_auc(scores, targets, observed) == 1.0
+    # swapping a masked score changes nothing; swapping an observed one does
+    assert roc_auc(np.array([[0.1, 0.9], [0.8, 0.0], [0.99, 0.6]]), targets, observed) == 1.0
+    assert roc_auc(np.array([[0.9, 0.9], [0.8, 0.2], [0.3, 0.6]]), targets, observed) == 0.5
+
+
 def _two_class_columns(targets, mask):
     t = targets if mask is None else targets[mask]
     return [j for j in range(t.shape[1]) if 0 < t[:, j].sum() < len(t)]
@@ -194,6 +229,16 @@ def test_device_inputs_give_the_same_floats(backend):
             r"mask must have shape \(N,\) = \(2,\)",
         ),
         (lambda: roc_auc(np.ones(0), np.ones(0)), ValueError, r"N = 0"),
+        (
+            lambda: roc_auc(np.ones((2, 2)), np.eye(2), np.ones((2, 3), bool)),
+            ValueError,
+            r"or the scores' shape \(2, 2\)",
+        ),
+        (
+            lambda: roc_auc(np.ones((2, 2)), np.eye(2), np.zeros((2, 2), bool)),
+            ValueError,
+            r"mask selects nothing",
+        ),
     ],
 )
 def test_errors(call, error, match):

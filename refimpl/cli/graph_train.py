@@ -1,9 +1,12 @@
 """``refimpl train --model graph_transformer``: the graph-level graph transformer on batches of
-graphs (synthetic molecules, or a user's ``.npz`` graph dataset), one run per seed.
+graphs (synthetic molecules, a user's ``.npz`` graph dataset or a CSV of SMILES), one run per
+seed.
 
 The data: ``--dataset molecules`` (the default for this model: ``--graphs`` seeded
-synthetic molecules, ZINC-like regression with a standardised target) or a path to a
-``.npz`` file in the graph-dataset format (``refimpl.data.load_graph_dataset``). One
+synthetic molecules, ZINC-like regression with a standardised target), a path to a
+``.npz`` file in the graph-dataset format (``refimpl.data.load_graph_dataset``), or a path
+to a ``.csv`` file of SMILES with ``--target`` columns (``refimpl.data.load_smiles_csv``:
+OGB's atom and bond features, RDKit from the ``chem`` extra; raw targets). One
 seeded 80/10/10 split (seed 0) serves every run, so the seeds vary the model alone.
 Training is :func:`refimpl.train.train_graph_model` (Adam, L1 for regression, BCE for
 multi-label targets; model selection on the validation MAE or ROC-AUC).
@@ -12,7 +15,9 @@ multi-label targets; model selection on the validation MAE or ROC-AUC).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +46,25 @@ def add_graph_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--graphs", type=positive_int, default=1000, help="--dataset molecules: how many"
+    )
+    group.add_argument(
+        "--target",
+        nargs="+",
+        metavar="COLUMN",
+        help="--dataset FILE.csv: the target column(s) to regress on (e.g. score)",
+    )
+    group.add_argument(
+        "--smiles-column",
+        default="SMILES",
+        metavar="COLUMN",
+        help="--dataset FILE.csv: the column of SMILES strings",
+    )
+    group.add_argument(
+        "--bad-smiles",
+        choices=["raise", "skip"],
+        default="raise",
+        help="--dataset FILE.csv: a SMILES RDKit cannot use stops the run naming its row "
+        "(raise), or its row is skipped with a warning listing the rows (skip)",
     )
     group.add_argument(
         "--pe-dim",
@@ -89,16 +113,53 @@ def add_graph_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _load(args: argparse.Namespace) -> Any:
-    from refimpl.data import load_graph_dataset, synthetic_molecules
-
+def _load(args: argparse.Namespace) -> tuple[Any, tuple[Any, Any, Any], str]:
+    """The data: ``(dataset, (train, val, test), how it was split)``; ``dataset`` gives the
+    model's sizes and the run's data fingerprint (a dataset that comes split: the splits)."""
     name = args.dataset  # "molecules" unless one was typed (refimpl.cli.train.run)
+    if Path(name).is_dir():  # the Open Graph Benchmark's raw layout, split as OGB splits it
+        from refimpl.data.ogb_graph import load_ogb_graph_dataset
+
+        _refuse_csv_options(args)
+        parts = load_ogb_graph_dataset(Path(name))
+        return parts, parts, "OGB's scaffold split"
+    dataset = _load_one(args)
+    return dataset, dataset.split(seed=0), "80/10/10"
+
+
+def _refuse_csv_options(args: argparse.Namespace) -> None:
+    typed = sorted({"target", "smiles_column", "bad_smiles"} & args.explicit)
+    if typed:
+        names = ", ".join("--" + option.replace("_", "-") for option in typed)
+        raise ValueError(f"{names}: only for --dataset FILE.csv (molecules as SMILES)")
+
+
+def _load_one(args: argparse.Namespace) -> Any:
+    from refimpl.data import load_graph_dataset, load_smiles_csv, synthetic_molecules
+
+    name = args.dataset
+    if name.lower().endswith(".csv"):
+        if not args.target:
+            raise ValueError(
+                f"--dataset {name} (SMILES) needs --target COLUMN [COLUMN ...]: the file's "
+                "column(s) to regress on"
+            )
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            dataset = load_smiles_csv(
+                Path(name), targets=args.target, smiles=args.smiles_column,
+                on_error=args.bad_smiles,
+            )  # fmt: skip
+        for warning in caught:  # the rows skipped: one line, not Python's warning format
+            print(f"warning: {warning.message}", flush=True)
+        return dataset
+    _refuse_csv_options(args)
     if name == "molecules":
         return synthetic_molecules(args.graphs, seed=0, standardize=True)
     if not name.endswith(".npz"):
         raise ValueError(
-            f"--model graph_transformer trains on graphs: --dataset molecules (synthetic) or a "
-            f".npz graph dataset, not {name!r}"
+            f"--model graph_transformer trains on graphs: --dataset molecules (synthetic), a "
+            f".npz graph dataset, a .csv of SMILES or a folder in OGB's raw layout, not {name!r}"
         )
     return load_graph_dataset(Path(name))
 
@@ -171,6 +232,18 @@ def build_graph_model(args: argparse.Namespace, dataset: Any) -> Any:
     )
 
 
+def graph_schedule(args: argparse.Namespace, train: Any) -> Any:
+    """``--lr-schedule`` stepped per epoch; ReduceLROnPlateau watches the validation metric, so
+    its mode follows it unless typed: min for the MAE of regression, max for ROC-AUC."""
+    from refimpl.cli.options import schedule_from_args
+
+    schedule = schedule_from_args(args)
+    if getattr(schedule, "needs_metric", False) and "lr_mode" not in args.explicit:
+        mode = "max" if train.task == "multilabel" else "min"
+        schedule = dataclasses.replace(schedule, mode=mode)
+    return schedule
+
+
 def pe_kind(args: argparse.Namespace) -> str:
     """The encodings the training loop computes (GraphTrainConfig.pe); "none" has 0 columns."""
     return "laplacian" if args.pe in (None, "none") else args.pe
@@ -184,17 +257,18 @@ def run_graph(args: argparse.Namespace) -> int:
     from refimpl.train.run_folder import write_json
 
     _check_options(args)
-    dataset = _load(args)
-    train, val, test = dataset.split(seed=0)
-    print(f"data   {dataset.summary()}; split {len(train)}/{len(val)}/{len(test)} (seed 0)")
+    dataset, (train, val, test), how = _load(args)
+    summary = train.summary() if isinstance(dataset, tuple) else dataset.summary()
+    seeded = "seed 0" if how == "80/10/10" else how
+    print(f"data   {summary}; split {len(train)}/{len(val)}/{len(test)} ({seeded})")
     empty = [name for name, part in (("validation", val), ("test", test)) if not len(part)]
     if empty:
+        total = len(train) + len(val) + len(test)
         raise ValueError(
-            f"the {len(dataset)} graphs split 80/10/10 leave the {' and '.join(empty)} split "
-            "empty: a run needs at least one graph in each; give more graphs (--graphs, or a "
-            "larger dataset)"
+            f"the {total} graphs split {how} leave the {' and '.join(empty)} split empty: a run "
+            "needs at least one graph in each; give more graphs (--graphs, or a larger dataset)"
         )
-    model = build_graph_model(args, dataset)
+    model = build_graph_model(args, train)
     data = {args.dataset: data_fingerprint(dataset)}
     out = open_cli_run(args, "train", default_out("train"), data)
     print(f"model  {model}")
@@ -210,11 +284,12 @@ def run_graph(args: argparse.Namespace) -> int:
             checkpoint_every=args.checkpoint_every,
             dtype=args.dtype,
             pe=pe_kind(args),
+            schedule=graph_schedule(args, train),
         )
         checkpoint = run_dir / "checkpoint.npz"
         resume = checkpoint if args.resume is not None and checkpoint.is_file() else None
         result = train_graph_model(
-            build_graph_model(args, dataset), train, val, test, config,
+            build_graph_model(args, train), train, val, test, config,
             out_dir=run_dir, resume=resume, progress=not args.no_progress,
         )  # fmt: skip
         runs.append(result)

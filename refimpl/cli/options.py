@@ -19,6 +19,7 @@ from refimpl.cli.types import (
 )
 from refimpl.init import INITIALISERS
 from refimpl.nn.norms.pairnorm import PAIRNORM_MODES
+from refimpl.schedules import MultiStepLR, ReduceLROnPlateau
 from refimpl.train import TrainConfig
 
 __all__ = [
@@ -257,7 +258,38 @@ def add_training_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="random node batches per epoch, each on its induced subgraph (NodeFormer Sec. 4.2)",
     )
+    group.add_argument(
+        "--batch-nodes",
+        choices=["all", "train"],
+        default="all",
+        help="--batch-size cuts all nodes, or the training nodes only (NodeFormer's main-batch.py)",
+    )
     group.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_schedule_options(parser)
+
+
+def add_schedule_options(parser: argparse.ArgumentParser) -> None:
+    """Node-level learning-rate schedules (refimpl.schedules; docs/guide/training.md)."""
+    group = parser.add_argument_group("learning-rate schedule (node-level training)")
+    group.add_argument(
+        "--lr-schedule", choices=["none", "plateau", "multistep"], default="none", help="torch's"
+    )
+    group.add_argument(
+        "--lr-step", choices=["epoch", "batch"], default="epoch", help="step per epoch or batch"
+    )
+    group.add_argument(
+        "--lr-milestones", type=positive_int, nargs="+", default=[100, 200], help="multistep"
+    )
+    group.add_argument("--lr-gamma", type=positive_float, default=0.5, help="multistep")
+    group.add_argument(
+        "--lr-mode",
+        choices=["min", "max"],
+        default="min",
+        help="plateau: watch the validation loss (min) or accuracy (max)",
+    )
+    group.add_argument("--lr-factor", type=positive_float, default=0.1, help="plateau")
+    group.add_argument("--lr-patience", type=non_negative_int, default=10, help="plateau")
+    group.add_argument("--lr-min", type=non_negative_float, default=0.0, help="plateau")
 
 
 def load_data(name: str, args: argparse.Namespace) -> Any:
@@ -373,7 +405,20 @@ def train_config(args: argparse.Namespace, init: str | None = None) -> TrainConf
         init=init or args.init,
         diagnostics=getattr(args, "diagnostics", False),
         batch_size=getattr(args, "batch_size", None),
+        batch_nodes=getattr(args, "batch_nodes", "all"),
+        schedule=schedule_from_args(args),
+        schedule_every=getattr(args, "lr_step", "epoch"),
     )
+
+
+def schedule_from_args(args: argparse.Namespace) -> Any:
+    """The ``--lr-*`` options as a refimpl.schedules configuration, or None."""
+    kind = getattr(args, "lr_schedule", "none")
+    if kind == "multistep":
+        return MultiStepLR(args.lr_milestones, args.lr_gamma)
+    if kind == "plateau":
+        return ReduceLROnPlateau(args.lr_mode, args.lr_factor, args.lr_patience, min_lr=args.lr_min)
+    return None
 
 
 def default_out(command: str) -> Path:

@@ -30,6 +30,9 @@ from refimpl.train.resume import data_fingerprint
 
 __all__ = ["add_parser", "run"]
 
+# options of the node-level loop that run_graph does not read
+NODE_LEVEL_ONLY = {"batch_nodes", "lr_step"}  # the graph-level loop steps its schedule per epoch
+
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
@@ -47,7 +50,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         default="csbm",
         help="cora, citeseer, pubmed (Planetoid); chameleon, squirrel (and their _filtered "
         "versions), actor (or film), cornell, texas, wisconsin (Geom-GCN); trees (the TREES "
-        "task); karate, csbm (synthetic)",
+        "task); karate, csbm (synthetic); with --model graph_transformer: molecules "
+        "(synthetic), a .npz graph dataset, a .csv of SMILES with --target COLUMN, or a folder "
+        "in OGB's raw graph-property layout",
     )
     parser.add_argument("--layers", type=positive_int, default=2, help="the model's layers")
     parser.add_argument(
@@ -85,11 +90,16 @@ def run(args: argparse.Namespace) -> int:
         # the node-level default (csbm) is no graph dataset: this model's default is stored
         args.dataset = args.dataset if "dataset" in args.explicit else "molecules"
     if args.model == "graph_transformer":
+        node_only = sorted(set(args.explicit) & NODE_LEVEL_ONLY)
+        if node_only:  # not silently ignored
+            named = ", ".join("--" + name.replace("_", "-") for name in node_only)
+            raise ValueError(f"{named}: node-level training only, not --model graph_transformer")
         code = run_graph(args)
         print(f"wrote {args.run_folder}/summary.json ({time.perf_counter() - started:.1f} s)")
         return code
     # the run folder is opened once the data and model load, so that a refused option or a
     # missing file leaves no folder behind, and a resume on other data rewrites nothing
+    config = train_config(args)  # a refused option leaves no folder behind
     dataset = load_data(args.dataset, args)
     model = build_model(args, dataset, args.layers)
     data = {args.dataset: data_fingerprint(dataset)}
@@ -98,7 +108,6 @@ def run(args: argparse.Namespace) -> int:
     if args.random_split is not None:
         print(f"split  random {tuple(args.random_split)} per seed s, from default_rng([s, 2])")
     print(f"model  {model}")
-    config = train_config(args)
     resumed = " (resumed)" if args.resume is not None else ""
     print(f"train  {config}; seeds {args.seeds}; output {out}{resumed}")
     try:

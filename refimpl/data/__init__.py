@@ -1,4 +1,5 @@
-"""Datasets: Planetoid and Geom-GCN loaders, synthetic generators, splits, a registry.
+"""Datasets: Planetoid and Geom-GCN loaders, molecules from SMILES (RDKit, imported only when
+used), synthetic generators, splits, a registry.
 
 Nothing is downloaded: file-backed loaders take a directory (the shared
 ``datasets/`` folder or the sub-folder of one collection). ``load_dataset``
@@ -21,8 +22,10 @@ from refimpl.data.graph_batch import GraphBatch, collate, iterate_batches
 from refimpl.data.graph_dataset import GraphDataset
 from refimpl.data.graph_dataset_file import load_graph_dataset, save_graph_dataset
 from refimpl.data.molecules import synthetic_molecules
+from refimpl.data.ogb_graph import load_ogb_graph_dataset
 from refimpl.data.planetoid import PLANETOID_NAMES, load_planetoid
 from refimpl.data.positional import laplacian_pe, random_sign_flip, random_walk_pe
+from refimpl.data.smiles import load_smiles_csv, smiles_to_graph
 from refimpl.data.splits import drop_features, random_split
 from refimpl.data.synthetic import contextual_sbm, karate_club, knn_graph
 from refimpl.data.trees import tree_neighbors_match
@@ -47,13 +50,16 @@ __all__ = [
     "load_dataset",
     "load_geom_gcn",
     "load_graph_dataset",
+    "load_ogb_graph_dataset",
     "load_planetoid",
+    "load_smiles_csv",
     "random_sign_flip",
     "random_split",
     "random_walk_pe",
     "register_loader",
     "row_normalize",
     "save_graph_dataset",
+    "smiles_to_graph",
     "synthetic_molecules",
     "tree_neighbors_match",
 ]

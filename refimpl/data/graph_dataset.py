@@ -24,11 +24,24 @@ field           shape, dtype      meaning
 ``edge_ptr``    (G+1,) int64      graph ``i`` owns edge columns ``edge_ptr[i]:edge_ptr[i+1]``;
                                   ``edge_ptr[0] = 0``, ``edge_ptr[G] = E``, ``e_i >= 0``
 ``y``           (G, T) float      targets: real values (``task="regression"``) or 0/1
-                                  labels (``task="multilabel"``), finite
+                                  labels (``task="multilabel"``), finite (0 where missing)
 ``name``        str               a label for logs: printable text (no control characters,
                                   escape sequences or line breaks), else refused
 ``task``        str               ``"regression"`` or ``"multilabel"``
+``y_mask``      (G, T) bool       ``True`` where graph ``i``'s label for task ``t`` is
+                or ``None``       observed; ``None`` when every label is (multilabel only)
 ==============  ================  =========================================================
+
+Missing labels (multi-label tasks only). TOX21 and the OGB molecule benchmarks leave a cell
+empty where a molecule was not assayed for a task. Pass such a ``y`` with NaN in those
+cells and ``task="multilabel"``: the dataset stores ``y_mask = ~isnan(y)`` and ``y`` with
+0 in the missing cells, so ``y`` stays finite and 0/1 and every check above keeps its
+meaning (or pass a finite ``y`` and the bool ``y_mask`` yourself). A mask with every
+entry ``True`` is stored as ``None``. Training (:mod:`refimpl.train.graph_level`) reads
+the mask: the loss averages over the observed (graph, task) entries only
+(:class:`~refimpl.ops.losses.BCEWithLogits` with an element mask) and the ROC-AUC of
+each task uses its observed graphs only (:func:`~refimpl.metrics.roc_auc`). A regression
+``y`` must be complete: NaN there is refused (drop the graphs without a target).
 
 Edges are directed as stored: an undirected bond is two columns ``(u, v)`` and
 ``(v, u)`` with the same ``edge_attr`` row (PyG's ZINC and MoleculeNet files,
@@ -42,7 +55,8 @@ On disk: one ``.npz`` file
 ``numpy.savez_compressed`` with exactly the keys ``x``, ``edge_index``, ``edge_attr``,
 ``node_ptr``, ``edge_ptr``, ``y`` (the arrays above, dtypes as in the table: float arrays of
 any float dtype, the three index arrays int64), ``name`` and ``task`` (0-d unicode arrays,
-``numpy.array("zinc")``) and ``format_version`` (0-d integer array, 1). No object arrays:
+``numpy.array("zinc")``) and ``format_version`` (0-d integer array, 1), plus ``y_mask``
+((G, T) bool) when some label is missing. No object arrays:
 :func:`~refimpl.data.graph_dataset_file.load_graph_dataset` reads with ``allow_pickle=False``
 and validates everything, naming the missing or extra key, or the wrong shape or dtype, and
 the fix; a ``name`` that is not printable text (a terminal escape sequence, a line break) is
@@ -112,11 +126,15 @@ class GraphDataset:
     edge_index : int64 array (2, E), node indices local to each graph
     edge_attr : float array (E, B)
     node_ptr, edge_ptr : int64 arrays (G+1,)
-    y : float array (G, T)
+    y : float array (G, T), finite; 0 where a label is missing
     task : ``"regression"`` or ``"multilabel"`` (then ``y`` holds only 0 and 1)
+    y_mask : bool array (G, T) or None
+        ``True`` where a label is observed; ``None`` when all are. Multi-label only; NaN
+        cells of a multi-label ``y`` passed without ``y_mask`` become this mask.
 
-    ``G = 0`` (an empty split) is allowed. The arrays are held, not copied:
-    treat them as read-only (the methods return new datasets or views).
+    ``G = 0`` (an empty split) is allowed. The arrays are held, not copied (except a ``y``
+    with NaN, filled with 0 in a copy): treat them as read-only (the methods return new
+    datasets or views).
     """
 
     name: str
@@ -127,6 +145,7 @@ class GraphDataset:
     edge_ptr: np.ndarray
     y: np.ndarray
     task: str = "regression"
+    y_mask: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         check_name(self.name)
@@ -170,15 +189,45 @@ class GraphDataset:
                 f"got {self.y.shape}"
             )
         self._check_local_indices()
+        self._take_missing_labels()
         for key in ("x", "edge_attr", "y"):
             value = getattr(self, key)
             if not np.isfinite(value).all():
-                raise ValueError(f"{key} contains NaN or infinity; the format holds finite values")
+                hint = " (NaN marks a missing label with task='multilabel' only)" * (key == "y")
+                raise ValueError(
+                    f"{key} contains NaN or infinity; the format holds finite values{hint}"
+                )
         if self.task == "multilabel" and not np.isin(self.y, (0, 1)).all():
             raise ValueError(
                 "multi-label y must hold only 0 and 1; for real-valued targets use "
                 "task='regression'"
             )
+
+    def _take_missing_labels(self) -> None:
+        """Validate ``y_mask``, or build it from NaN cells of a multi-label ``y`` (filled with
+        0 in a copy); store ``None`` for a mask without a missing entry."""
+        mask = self.y_mask
+        if mask is None and self.task == "multilabel" and np.isnan(self.y).any():
+            mask = ~np.isnan(self.y)
+            object.__setattr__(self, "y", np.where(mask, self.y, 0).astype(self.y.dtype))
+        if mask is None:
+            return
+        if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_:
+            raise TypeError(
+                f"y_mask must be a bool NumPy array (True where a label is observed), got "
+                f"{getattr(mask, 'dtype', type(mask).__name__)}"
+            )
+        if mask.shape != self.y.shape:
+            raise ValueError(f"y_mask must have y's shape {self.y.shape}, got {mask.shape}")
+        if mask.all():
+            object.__setattr__(self, "y_mask", None)
+            return
+        if self.task != "multilabel":
+            raise ValueError(
+                "missing labels (NaN in y, or y_mask) are supported for task='multilabel' only: "
+                "the regression losses average every entry; drop the graphs without a target"
+            )
+        object.__setattr__(self, "y_mask", mask)
 
     def _check_local_indices(self) -> None:
         sizes = np.diff(self.node_ptr)  # (G,) n_i
@@ -244,6 +293,7 @@ class GraphDataset:
             edge_ptr=_pointers(edge_counts),
             y=self.y[chosen],
             task=self.task,
+            y_mask=None if self.y_mask is None else self.y_mask[chosen],
         )
 
     def split(
@@ -278,11 +328,12 @@ class GraphDataset:
         return _cast_features(self, dtype)
 
     def summary(self) -> str:
-        """One line: name, G, N, E (directed), F, B, T, task."""
+        """One line: name, G, N, E (directed), F, B, T, task (and the missing labels, if any)."""
+        missing = "" if self.y_mask is None else f" missing_labels={int((~self.y_mask).sum())}"
         return (
             f"{self.name}: graphs={len(self)} N={self.x.shape[0]} E={self.edge_index.shape[1]} "
             f"F={self.num_node_features} B={self.num_edge_features} T={self.num_targets} "
-            f"task={self.task}"
+            f"task={self.task}{missing}"
         )
 
     def __repr__(self) -> str:

@@ -34,6 +34,7 @@ FILE_KEYS = (
     "task",
     "format_version",
 )
+OPTIONAL_KEYS = ("y_mask",)  # written only when some label is missing; older files lack it
 
 
 def save_graph_dataset(path: str | os.PathLike, dataset: GraphDataset) -> None:
@@ -58,6 +59,8 @@ def save_graph_dataset(path: str | os.PathLike, dataset: GraphDataset) -> None:
         "task": np.array(dataset.task, dtype=np.str_),
         "format_version": np.array(FORMAT_VERSION, dtype=np.int64),
     }
+    if dataset.y_mask is not None:
+        arrays["y_mask"] = dataset.y_mask
     # a file object: no ".npz" appended to the name
     atomic_write(path, lambda stream: np.savez_compressed(stream, **arrays))
 
@@ -65,10 +68,11 @@ def save_graph_dataset(path: str | os.PathLike, dataset: GraphDataset) -> None:
 def load_graph_dataset(path: str | os.PathLike) -> GraphDataset:
     """Read a file written by :func:`save_graph_dataset` (or by hand to the same format).
 
-    Raises ``FileNotFoundError`` for a missing file, ``ValueError`` for a file
-    that is not an ``.npz`` archive, has missing or extra keys, object (pickled)
-    arrays, another ``format_version``, and ``ValueError``/``TypeError`` (with
-    the path in front) for any array the :class:`GraphDataset` validation rejects.
+    The optional ``y_mask`` (missing labels) is read when present; files without it (all
+    earlier ones) load as before. Raises ``FileNotFoundError`` for a missing file,
+    ``ValueError`` for a file that is not an ``.npz`` archive, has missing or extra keys,
+    object (pickled) arrays, another ``format_version``, and ``ValueError``/``TypeError``
+    (with the path in front) for any array the :class:`GraphDataset` validation rejects.
     """
     path = Path(path)
     if not path.is_file():
@@ -79,11 +83,12 @@ def load_graph_dataset(path: str | os.PathLike) -> GraphDataset:
     hint = "write it with save_graph_dataset; the format is in refimpl.data.graph_dataset"
     found = read_npz(path, ValueError, hint, what="graph dataset file")
     missing = [key for key in FILE_KEYS if key not in found]
-    unexpected = sorted(key for key in found if key not in FILE_KEYS)
+    unexpected = sorted(key for key in found if key not in FILE_KEYS + OPTIONAL_KEYS)
     if missing or unexpected:
         raise ValueError(
             f"{path}: missing keys {missing}, unexpected keys {unexpected}; a graph dataset "
-            f"file holds exactly {list(FILE_KEYS)} ({hint})"
+            f"file holds exactly {list(FILE_KEYS)}, and {list(OPTIONAL_KEYS)} if some label "
+            f"is missing ({hint})"
         )
     arrays = {key: found[key] for key in FILE_KEYS}
     version = arrays["format_version"]
@@ -111,6 +116,7 @@ def load_graph_dataset(path: str | os.PathLike) -> GraphDataset:
             edge_ptr=arrays["edge_ptr"],
             y=arrays["y"],
             task=strings["task"],
+            y_mask=found.get("y_mask"),
         )
     except (TypeError, ValueError) as err:
         raise type(err)(f"{path}: {err}") from err

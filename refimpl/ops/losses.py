@@ -4,8 +4,9 @@ mean squared and mean absolute error (regression).
 Each returns a 0-d array, the mean over the rows selected by ``mask`` (the
 training split of the nodes, typically, or a batch of graphs: one row per graph
 for graph-level tasks); rows outside the mask contribute nothing and get a
-zero gradient. Their backward takes the scalar cotangent ``d_loss`` (1.0 to
-start backpropagation) and returns ``(d_inputs, {})``.
+zero gradient. :class:`BCEWithLogits` also takes an (N, K) mask of single entries
+(multi-label targets with missing labels). Their backward takes the scalar cotangent
+``d_loss`` (1.0 to start backpropagation) and returns ``(d_inputs, {})``.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ class CrossEntropyCache(NamedTuple):
 class BCEWithLogitsCache(NamedTuple):
     """What :meth:`BCEWithLogits.backward` reads."""
 
-    residual: Any  # (N, K) sigmoid(logits) - targets
-    weight: Any  # (N,) mask / (count * K), in the logits' dtype
+    residual: Any  # (N, K) sigmoid(logits) - targets (0 in place of targets outside the mask)
+    weight: Any  # (N, K) mask / count (selected entries), in the logits' dtype
 
 
 @dataclass(frozen=True)
@@ -129,36 +130,50 @@ class SoftmaxCrossEntropy:
 
 @dataclass(frozen=True)
 class BCEWithLogits:
-    """Multi-label loss: mean over masked nodes and all K of binary cross-entropy with logits.
+    """Multi-label loss: mean over the masked (row, column) entries of binary cross-entropy
+    with logits.
 
-    ``forward(params, logits (N, K), targets (N, K) in [0, 1], mask (N,) bool or
-    None)`` returns ``(loss, cache)``, ``loss`` a 0-d array of the mean of
-    ``max(z, 0) - z t + log1p(exp(-|z|))``, which equals ``-t log sigmoid(z) -
-    (1 - t) log(1 - sigmoid(z))`` but never exponentiates a positive number.
-    Targets may be soft (any value in ``[0, 1]``); boolean or integer 0/1
-    targets are converted to the logits' dtype (exactly).
+    ``forward(params, logits (N, K), targets (N, K) in [0, 1], mask)`` returns ``(loss,
+    cache)``, ``loss`` a 0-d array of the mean of ``max(z, 0) - z t + log1p(exp(-|z|))``,
+    which equals ``-t log sigmoid(z) - (1 - t) log(1 - sigmoid(z))`` but never
+    exponentiates a positive number. Targets may be soft (any value in ``[0, 1]``);
+    boolean or integer 0/1 targets are converted to the logits' dtype (exactly).
 
-    Cache: :class:`BCEWithLogitsCache` (``sigmoid(z) - t`` and row weights).
-    Backward: ``d_logits = d_loss * (sigmoid(z) - t) / (count * K)`` on masked
-    rows, 0 elsewhere; like the cross-entropy's, accurate to a few ulps of
-    ``d_loss / (count * K)`` (``sigmoid(z) - t`` cancels when ``z`` is far on
-    the side of ``t``).
+    ``mask``: ``None`` (every entry), ``(N,)`` bool (whole rows: a split of the nodes, all
+    K columns of each), or ``(N, K)`` bool (single entries: the observed labels of a
+    multi-label task with missing ones, as TOX21's empty cells). The mean is over the
+    ``count`` selected entries, the rule of OGB's molecule examples and of the
+    massive-activation study's TOX21 loss (``BCEWithLogitsLoss()(scores[masks],
+    labels[masks])`` in its ``graph_transformer_net.py``). Targets outside an ``(N, K)``
+    mask are never read: NaN there (a missing label) is fine.
 
-    PyTorch parity: ``F.binary_cross_entropy_with_logits(logits[mask],
-    targets[mask])`` (reduction "mean", no ``pos_weight``).
+    Cache: :class:`BCEWithLogitsCache` (``sigmoid(z) - t`` and entry weights).
+    Backward: ``d_logits = d_loss * (sigmoid(z) - t) / count`` on masked entries,
+    exactly 0 elsewhere; like the cross-entropy's, accurate to a few ulps of
+    ``d_loss / count`` (``sigmoid(z) - t`` cancels when ``z`` is far on the side of ``t``).
+
+    PyTorch parity: ``F.binary_cross_entropy_with_logits(logits[mask], targets[mask])``
+    (reduction "mean", no ``pos_weight``), for either mask shape.
     """
 
     def forward(
         self, params: dict[str, Any], logits: Any, targets: Any, mask: Any = None
     ) -> tuple[Any, BCEWithLogitsCache]:
         xp = _check_logits(logits)
+        if is_array(mask) and mask.ndim == 2:
+            # F0 the (N, K) entry mask: entries outside it are never read (NaN targets there)
+            weight = _entry_weights(logits, mask)  # (N, K) mask / count
+            if is_array(targets) and tuple(targets.shape) == tuple(logits.shape):
+                targets = xp.where(mask, targets, xp.zeros((), dtype=targets.dtype))
+        else:
+            _, rows = _row_weights(logits, mask, logits.shape[1])  # (N,) over rows and all K
+            weight = xp.broadcast_to(rows[:, None], logits.shape)  # (N, K)
         targets = _check_targets(xp, targets, logits)
-        _, weight = _row_weights(logits, mask, logits.shape[1])  # over rows and all K
         # F1 elementwise loss; e = exp(-|z|) <= 1 is shared with the sigmoid below
         small = xp.exp(-xp.abs(logits))  # (N, K)
         losses = xp.maximum(logits, 0) - logits * targets + xp.log1p(small)  # (N, K)
-        # F2 weighted mean over masked rows and all K columns
-        loss = xp.asarray((weight[:, None] * losses).sum())  # 0-d
+        # F2 weighted mean over the masked entries (weight 0 elsewhere: finite losses, so 0)
+        loss = xp.asarray((weight * losses).sum())  # 0-d
         # sigmoid from e: 1 / (1 + e) for z >= 0, e / (1 + e) for z < 0 (no overflow)
         sigmoid = xp.where(logits >= 0, 1, small) / (1 + small)  # (N, K)
         return loss, BCEWithLogitsCache(sigmoid - targets, weight)
@@ -167,8 +182,9 @@ class BCEWithLogits:
         self, params: dict[str, Any], cache: BCEWithLogitsCache, d_loss: Any
     ) -> tuple[Any, dict[str, Any]]:
         d_loss = check_scalar_cotangent(d_loss, cache.residual)
-        # B2 (of F2) and B1 (of F1): d/dz of the elementwise loss is sigmoid(z) - t
-        return (d_loss * cache.weight)[:, None] * cache.residual, {}  # (N, K)
+        # B2 (of F2) and B1 (of F1): d/dz of the elementwise loss is sigmoid(z) - t;
+        # B0 (of F0) entries outside the mask have weight 0, so gradient 0
+        return (d_loss * cache.weight) * cache.residual, {}  # (N, K)
 
 
 class MSELossCache(NamedTuple):
@@ -331,6 +347,28 @@ def _row_weights(logits: Any, mask: Any, num_columns: int) -> tuple[Any, Any]:
             "(an empty training mask?)"
         )
     return selected, selected.astype(logits.dtype) / (count * num_columns)
+
+
+def _entry_weights(logits: Any, mask: Any) -> Any:
+    """The weights ``mask / count`` (N, K) of an (N, K) bool entry mask, at least one entry."""
+    if mask.dtype.kind != "b":
+        raise TypeError(
+            f"mask must be a boolean array of shape (N,) (rows) or (N, K) (entries), got "
+            f"{mask.dtype}; for labels with NaN where missing use mask = ~xp.isnan(targets)"
+        )
+    if tuple(mask.shape) != tuple(logits.shape):
+        raise ValueError(
+            f"an entry mask must have the logits' shape {tuple(logits.shape)}, got "
+            f"{tuple(mask.shape)}; a row mask has shape (N,)"
+        )
+    get_array_module(mask, logits)  # TypeError if the mask is on another backend
+    count = int(mask.sum())
+    if count == 0:
+        raise ValueError(
+            "the mask selects no entry, so the mean loss is undefined; check that the batch "
+            "has an observed label"
+        )
+    return mask.astype(logits.dtype) / count
 
 
 def _check_targets(xp: Any, targets: Any, logits: Any) -> Any:

@@ -11,6 +11,8 @@ key                    content
 ``state/<name>``       the model's state that is not a parameter (BatchNorm's running
                        statistics, ``model.init_state()``); absent where it has none
 ``opt/<key>``          optimiser state (``refimpl.optim``), e.g. ``opt/step``
+``sched/<key>``        learning-rate schedule state (``refimpl.schedules``) as 0-d int64 /
+                       float64 arrays, e.g. ``sched/lr``; absent for a run without one
 ``rng_state``          JSON of ``Generator.bit_generator.state`` (0-d str)
 ``progress``           JSON of the loop's bookkeeping: epoch, best model (0-d str)
 =====================  =====================================================
@@ -43,6 +45,7 @@ class Checkpoint(NamedTuple):
     rng_state: dict[str, Any]
     progress: dict[str, Any]
     model_state: dict[str, np.ndarray]  # empty for a model without state
+    schedule_state: dict[str, int | float]  # empty for a run without a schedule
 
 
 def atomic_savez(path: str | os.PathLike, arrays: dict[str, Any]) -> None:
@@ -58,10 +61,13 @@ def save_checkpoint(
     rng: np.random.Generator,
     progress: dict[str, Any],
     model_state: dict[str, Any] | None = None,
+    schedule_state: dict[str, int | float] | None = None,
 ) -> None:
     """Write one checkpoint (see the module docstring for the layout)."""
     arrays: dict[str, Any] = {f"param/{k}": v for k, v in params.items()}
     arrays.update({f"state/{k}": v for k, v in (model_state or {}).items()})
+    for key, value in (schedule_state or {}).items():  # Python numbers, held exactly
+        arrays[f"sched/{key}"] = np.asarray(value, np.int64 if isinstance(value, int) else float)
     arrays.update({f"opt/{k}": v for k, v in opt_state.items()})
     arrays["rng_state"] = np.array(json.dumps(rng.bit_generator.state))
     arrays["progress"] = np.array(json.dumps(progress))
@@ -81,7 +87,9 @@ def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
 
     Read through :func:`refimpl.files.read_npz` (plain arrays only, sizes bounded by the
     file), and every field checked: parameters and model state are finite floating arrays, optimiser
-    entries finite numeric arrays (``step`` a 0-d integer >= 0), ``rng_state`` a state
+    entries finite numeric arrays (``step`` a 0-d integer >= 0), schedule entries 0-d
+    numbers not NaN (read back as Python numbers; the schedule's ``load_state`` checks the
+    rest), ``rng_state`` a state
     NumPy's generator accepts, ``progress`` an epoch count >= 0 with the best epoch before
     it. Anything else is one ``ValueError`` naming the file and the field.
     """
@@ -98,6 +106,13 @@ def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
     params = {k.removeprefix("param/"): v for k, v in arrays.items() if k.startswith("param/")}
     opt_state = {k.removeprefix("opt/"): v for k, v in arrays.items() if k.startswith("opt/")}
     state = {k.removeprefix("state/"): v for k, v in arrays.items() if k.startswith("state/")}
+    schedule = {k.removeprefix("sched/"): v for k, v in arrays.items() if k.startswith("sched/")}
+    for name, value in schedule.items():
+        if value.shape != () or value.dtype.kind not in "fiu" or np.isnan(value):
+            raise ValueError(
+                f"{path}: schedule entry {name} must be a 0-d number (not NaN), got "
+                f"{value.dtype}{value.shape} {value if value.size == 1 else ''}"
+            )
     for kind, entries in (("parameter", params), ("model state entry", state)):
         for name, value in entries.items():
             if value.dtype.kind != "f" or not np.isfinite(value).all():
@@ -122,10 +137,11 @@ def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
     except (TypeError, ValueError, KeyError, OverflowError) as err:  # -1 overflows uint64
         raise ValueError(f"{path}: rng_state is not a PCG64 generator state ({err})") from err
     progress = _checked_progress(path, _json_field(path, arrays, "progress"))
-    return Checkpoint(params, opt_state, rng_state, progress, state)
+    schedule_state = {name: value.item() for name, value in schedule.items()}
+    return Checkpoint(params, opt_state, rng_state, progress, state, schedule_state)
 
 
-_PREFIXES = ("param/", "opt/", "state/")
+_PREFIXES = ("param/", "opt/", "state/", "sched/")
 _FIX_HINT = "pass the checkpoint.npz of a refimpl run"
 
 

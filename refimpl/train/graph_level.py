@@ -9,13 +9,15 @@ One epoch:
     2. per batch: the positional encodings' random sign flip (one sign per
        column, the usual augmentation for Laplacian eigenvectors, whose sign is
        arbitrary), the forward in training mode, the loss (L1 = MAE as on ZINC,
-       MSE, or BCE for multi-label targets), the backward and an optimiser step;
+       MSE, or BCE for multi-label targets, averaged over the observed labels when some
+       are missing: ``GraphDataset.y_mask``; a batch without any observed label is
+       skipped), the backward and an optimiser step;
        the guards of ``refimpl.train.guards`` (a non-finite loss, gradient,
        parameter or optimiser state, a loss grown by orders of magnitude, a frozen
        optimiser) stop the run naming the layer
     3. evaluation of the updated model on the validation and test graphs (no
        flips, no dropout): the mean absolute error for regression, the macro
-       ROC-AUC for multi-label targets
+       ROC-AUC for multi-label targets (each task over its observed labels, OGB's rule)
     4. model selection at the best validation metric (lowest MAE, highest AUC;
        the first on ties), reporting the test metric there; without validation
        graphs, the last epoch (as the node-level loop does)
@@ -47,6 +49,7 @@ from refimpl.metrics import roc_auc
 from refimpl.nn.transformer.san_lpe import eigenpairs_padded
 from refimpl.ops.losses import BCEWithLogits, L1Loss, MSELoss
 from refimpl.optim import make_optimizer
+from refimpl.schedules import check_schedule, with_lr
 from refimpl.train.checkpoint import atomic_savez, save_checkpoint
 from refimpl.train.guards import (
     check_gradients,
@@ -56,7 +59,7 @@ from refimpl.train.guards import (
     loss_of_zero_output,
 )
 from refimpl.train.records import strict_json
-from refimpl.train.resume import data_fingerprint, restore_checkpoint, truncate_log
+from refimpl.train.resume import data_fingerprint, restore_run, truncate_log
 from refimpl.train.run_folder import write_json
 from refimpl.train.run_lock import run_folder_lock
 
@@ -84,6 +87,10 @@ class GraphTrainConfig:
     checkpoint_every: int = 0  # epochs between checkpoints; 0: none
     dtype: str = "float64"  # training precision ("float32" is about twice as fast)
     eval_batch_size: int = 512  # graphs per evaluation forward (memory only)
+    # a learning-rate schedule (refimpl.schedules), stepped once per epoch: ReduceLROnPlateau
+    # on the validation metric (MAE: mode "min"; ROC-AUC: "max"), or MultiStepLR
+    schedule: Any = None
+    stop_below_lr: float | None = None  # end the run once the rate falls below (the study's)
 
     def __post_init__(self) -> None:
         """Each field checked here, in one line naming it, not when training meets it (after
@@ -105,6 +112,13 @@ class GraphTrainConfig:
             self, "sign_flip", check_bool(self.sign_flip, "GraphTrainConfig sign_flip")
         )
         check_nonnegative_int(self.checkpoint_every, "GraphTrainConfig checkpoint_every")
+        check_schedule(self.schedule, "epoch", "GraphTrainConfig")
+        if self.stop_below_lr is not None:
+            check_nonnegative_number(self.stop_below_lr, "GraphTrainConfig stop_below_lr")
+            if self.schedule is None:
+                raise ValueError(
+                    "GraphTrainConfig stop_below_lr needs a schedule to lower the rate"
+                )
         if self.dtype not in ("float32", "float64"):
             raise ValueError(
                 f"GraphTrainConfig dtype must be 'float32' or 'float64', got {self.dtype!r}"
@@ -208,7 +222,8 @@ def _evaluate(
     batch_size: int,
     epoch: int,
 ) -> float:
-    """Mean absolute error (regression) or macro ROC-AUC (multi-label) over a split."""
+    """Mean absolute error (regression) or macro ROC-AUC (multi-label, over the observed
+    labels: ``y_mask``) over a split."""
     outputs, targets = [], []
     for batch, pe in split.eval_batches(batch_size):
         inputs = _inputs(model, batch, pe, split.dtype, model_state)
@@ -216,8 +231,8 @@ def _evaluate(
         outputs.append(np.asarray(out, dtype=np.float64))
         targets.append(batch.y)
     out, y = np.concatenate(outputs), np.concatenate(targets)
-    if multi_label:
-        return roc_auc(out, y)
+    if multi_label:  # the eval batches hold the split in order: its y_mask lines up
+        return roc_auc(out, y, split.dataset.y_mask)
     return float(np.abs(out - y).mean())
 
 
@@ -241,6 +256,8 @@ def train_graph_model(
     (:func:`refimpl.train.run_lock.run_folder_lock`): another process writing it is refused."""
     if len(train) == 0:
         raise ValueError("the training split holds no graph; there is nothing to fit")
+    if train.y_mask is not None and not train.y_mask.any():
+        raise ValueError("the training split has no observed label; there is nothing to fit")
     if out_dir is None:
         return _train(model, (train, val, test), config, None, resume, progress)
     with run_folder_lock(out_dir, "refimpl.train.train_graph_model"):
@@ -260,6 +277,11 @@ def _train(
     multi_label = train.task == "multilabel"
     loss_name = config.loss or ("bce" if multi_label else "l1")
     loss_block = LOSSES[loss_name]()
+    if loss_name != "bce" and any(part.y_mask is not None for part in data):
+        raise ValueError(
+            f"GraphTrainConfig loss={loss_name!r} cannot skip missing labels; the data has "
+            "some (y_mask): use loss='bce', which averages over the observed ones"
+        )
     metric_name = "roc_auc" if multi_label else "mae"
     better = (lambda a, b: a > b) if multi_label else (lambda a, b: a < b)
     dtype = np.dtype(config.dtype)
@@ -277,15 +299,20 @@ def _train(
     params = model.init_params(np.random.default_rng([config.seed, 0]), dtype=dtype)
     model_state = _init_state(model, dtype)  # BatchNorm's running statistics; {} without
     opt_state = optimizer.init(params)
+    schedule = config.schedule
+    if getattr(schedule, "needs_metric", False) and not len(val):
+        raise ValueError("ReduceLROnPlateau watches the validation metric: give validation graphs")
+    lr_state = None if schedule is None else schedule.init(config.lr)
     rng = np.random.default_rng([config.seed, 1])
     best = {"epoch": -1, "val": math.nan, "test": math.nan}
     start, train_loss = 0, math.nan
     keeps_state = out is not None and config.checkpoint_every
     fingerprint = data_fingerprint(*data) if keeps_state or resume is not None else None
     if resume is not None:
-        params, opt_state, start, best, train_loss, model_state = restore_checkpoint(
-            resume, params, optimizer, rng, config.epochs, fingerprint, model_state
+        restored = restore_run(
+            resume, params, optimizer, rng, config.epochs, fingerprint, model_state, schedule
         )
+        params, opt_state, start, best, train_loss, model_state, lr_state = restored
     if out is not None:
         truncate_log(out, start)
     epochs = range(start, config.epochs)
@@ -297,9 +324,12 @@ def _train(
     for epoch in epochs:
         # 1 the epoch's batches
         order = rng.permutation(len(train))
-        weighted_loss = 0.0
+        weighted_loss, counted = 0.0, 0
         for begin in range(0, len(train), config.batch_size):
             indices = order[begin : begin + config.batch_size]
+            mask = None if train.y_mask is None else train.y_mask[indices]  # (g, T) observed
+            if mask is not None and not mask.any():
+                continue  # no observed label: nothing to learn from this batch
             batch, pe = splits["train"].batch(indices)
             # 2 sign flip, forward, loss, backward, step
             if pe is not None and config.sign_flip and config.pe == "laplacian":
@@ -311,15 +341,20 @@ def _train(
             if model_state:  # the running statistics this batch updated (BatchNorm)
                 model_state = cache.state
             y = asarray(batch.y, dtype=dtype)
-            loss, loss_cache = loss_block.forward({}, out_batch, y)
+            if mask is not None:
+                mask = asarray(mask)
+            loss, loss_cache = loss_block.forward({}, out_batch, y, mask)
             d_out, _ = loss_block.backward({}, loss_cache, 1.0)
             grads = checked_backward(model, params, cache, d_out, epoch)
             check_gradients(
-                float(loss), grads, epoch, loss_of_zero_output(loss_block, out_batch, y)
+                float(loss), grads, epoch, loss_of_zero_output(loss_block, out_batch, y, mask)
             )
+            if lr_state is not None:  # the scheduled rate; the optimiser's state carries over
+                optimizer = with_lr(optimizer, lr_state["lr"])
             params, opt_state = checked_step(optimizer, params, grads, opt_state, epoch)
             weighted_loss += float(loss) * len(indices)
-        train_loss = weighted_loss / len(train)
+            counted += len(indices)
+        train_loss = weighted_loss / counted if counted else math.nan
         # 3-4 evaluate and select
         scores = {
             name: _evaluate(
@@ -333,6 +368,9 @@ def _train(
             best = {"epoch": epoch, "val": scores["val"], "test": scores["test"]}
         # 5 log and checkpoint
         record = {"epoch": epoch, "train_loss": train_loss, f"val_{metric_name}": scores["val"]}
+        if lr_state is not None:  # the rate this epoch trained with, then the next one's
+            record["lr"] = lr_state["lr"]
+            lr_state = schedule.step(lr_state, scores["val"] if schedule.needs_metric else None)
         record[f"test_{metric_name}"] = scores["test"]
         if out is not None:
             with open(out / "log.jsonl", "a") as stream:
@@ -341,9 +379,14 @@ def _train(
             if config.checkpoint_every and ((epoch + 1) % config.checkpoint_every == 0 or last):
                 saved = {"epoch": epoch + 1, "best": best, "train_loss": train_loss}
                 saved["data"] = fingerprint
-                save_checkpoint(out / "checkpoint.npz", params, opt_state, rng, saved, model_state)
+                scheduled = {} if lr_state is None else {"schedule_state": lr_state}
+                save_checkpoint(
+                    out / "checkpoint.npz", params, opt_state, rng, saved, model_state, **scheduled
+                )
         if progress:
             epochs.set_postfix(loss=f"{train_loss:.4f}", val=f"{scores['val']:.4f}")
+        if config.stop_below_lr is not None and lr_state["lr"] < config.stop_below_lr:
+            break  # the study's rule: training ends once the schedule has cut the rate so far
     if progress:
         epochs.close()
     result = GraphRunResult(

@@ -1,10 +1,10 @@
-"""Training of a node classifier (full batch or random node batches), with model selection, logs
-and checkpoints.
+"""Training of a node classifier (full batch or random node batches), with model selection, logs,
+learning-rate schedules and checkpoints.
 
-One epoch (with ``batch_size``: steps 1-4 once per batch of a random partition of
-the nodes, each on the subgraph its nodes induce, as NodeFormer Sec. 4.2 trains
-on large graphs; a batch without training nodes is skipped; steps 5-8 on the
-whole graph):
+One epoch (with ``batch_size``: steps 1-4 once per batch, each on the subgraph its nodes
+induce, NodeFormer Sec. 4.2; steps 5-8 on the whole graph). Batches cut a random permutation
+of every node (``batch_nodes="all"``; a batch without training nodes is skipped) or, as
+NodeFormer's ``main-batch.py``, of the training nodes only (``batch_nodes="train"``):
 
     1. forward in training mode (dropout drawn from the run's generator)
     2. loss on the training nodes (cross-entropy, or BCE for multi-label targets),
@@ -12,23 +12,27 @@ whole graph):
        ``lambda L_e``, whose gradient its backward includes)
     3. backward: gradients of every parameter; stop if any is non-finite, or if the
        loss grew by orders of magnitude (``refimpl.train.guards``)
-    4. optimiser step; stop if a parameter or the optimiser's state became non-finite,
-       or if the update changed no parameter although a gradient is non-zero
+    4. optimiser step at the schedule's learning rate (``config.schedule``); stop if a
+       parameter or the optimiser's state became non-finite, or if the update changed no
+       parameter although a gradient is non-zero; a schedule stepped per batch steps here
     5. forward in evaluation mode: train / val / test accuracy of the updated model
     6. model selection: the epoch with the best validation accuracy (the first,
        on ties) and its test accuracy, as both papers report; a dataset without
-       validation nodes (TREES with ``train_fraction=1``) selects the last epoch
+       validation nodes (TREES with ``train_fraction=1``) selects the last epoch. A
+       schedule stepped per epoch steps here: ``ReduceLROnPlateau`` on the validation loss
+       (``mode="min"``) or accuracy (``mode="max"``)
     7. one JSON line in ``log.jsonl`` (``train_loss`` is step 2's sum; a model with an
-       auxiliary loss also logs ``supervised_loss`` and ``auxiliary_loss`` apart); a
-       checkpoint every ``checkpoint_every``
+       auxiliary loss also logs ``supervised_loss`` and ``auxiliary_loss`` apart, a
+       schedule ``lr``, the rate of the epoch's last step); a checkpoint every
+       ``checkpoint_every``
     8. stop early once the training loss is below ``loss_threshold``
        (GAT-balance's protocol stops at 1e-4)
 
 Determinism: parameters are drawn from ``default_rng([seed, 0])``, dropout (and
 the batches, each epoch's permutation before that epoch's noise) from
 ``default_rng([seed, 1])``; a run resumed from a checkpoint restores the
-parameters, the optimiser state and the dropout generator, so it ends
-bit-identical to a run that was never interrupted.
+parameters, the optimiser state, the schedule's state and the dropout generator, so it
+ends bit-identical to a run that was never interrupted.
 
 For multi-label targets (``y`` of shape ``(N, K)``) the "accuracy" columns hold
 the macro ROC-AUC instead. A split without nodes scores NaN (an empty training
@@ -59,11 +63,11 @@ from refimpl.fields import (
     check_nonnegative_number,
     check_positive_int,
 )
-from refimpl.files import read_npz
 from refimpl.init import INITIALISERS
 from refimpl.metrics import accuracy, roc_auc
 from refimpl.ops.losses import BCEWithLogits, SoftmaxCrossEntropy
 from refimpl.optim import OPTIMIZERS, make_optimizer
+from refimpl.schedules import check_schedule, with_lr
 from refimpl.train.checkpoint import atomic_savez, save_checkpoint
 from refimpl.train.guards import (
     TrainingDiverged,
@@ -74,7 +78,7 @@ from refimpl.train.guards import (
     loss_of_zero_output,
 )
 from refimpl.train.records import strict_json
-from refimpl.train.resume import data_fingerprint, restore_checkpoint, truncate_log
+from refimpl.train.resume import data_fingerprint, diagnostic_baselines, restore_run, truncate_log
 from refimpl.train.run_folder import write_json
 from refimpl.train.run_lock import run_folder_lock
 from refimpl.validation import all_finite, check_sparse_input
@@ -96,6 +100,9 @@ class TrainConfig:
     init: str = "xavier"  # initialisation scheme of the model
     diagnostics: bool = False  # log GAT-balance's balancedness and conservation residual
     batch_size: int | None = None  # None: full batch; else random node partitions per epoch
+    batch_nodes: str = "all"  # batches of "all" nodes, or of the "train" nodes (main-batch.py)
+    schedule: Any = None  # a refimpl.schedules configuration (MultiStepLR, ReduceLROnPlateau)
+    schedule_every: str = "epoch"  # step the schedule per "epoch" or per "batch" (optimiser step)
 
     def __post_init__(self) -> None:
         """Each field checked here, in one line naming it, not when training meets it."""
@@ -115,14 +122,13 @@ class TrainConfig:
         object.__setattr__(
             self, "diagnostics", check_bool(self.diagnostics, "TrainConfig diagnostics")
         )
-        if self.batch_size is not None and (
-            isinstance(self.batch_size, bool)
-            or not isinstance(self.batch_size, int)
-            or self.batch_size < 1
-        ):
-            raise ValueError(
-                f"TrainConfig batch_size must be None or a positive int, got {self.batch_size!r}"
-            )
+        size = self.batch_size
+        if size is not None and (type(size) is not int or size < 1):  # a bool is refused too
+            raise ValueError(f"TrainConfig batch_size must be None or a positive int, got {size!r}")
+        check_choice(self.batch_nodes, ("all", "train"), "TrainConfig batch_nodes")
+        if self.batch_nodes == "train" and self.batch_size is None:
+            raise ValueError("TrainConfig batch_nodes='train' cuts batches: set batch_size too")
+        check_schedule(self.schedule, self.schedule_every, "TrainConfig")
 
 
 @dataclass
@@ -195,6 +201,10 @@ def _train(
             "set masks with dataset.with_masks(train, val, test) or refimpl.data.random_split"
         )
     empty = {split for split, mask in masks.items() if not bool(mask.any())}
+    schedule = config.schedule
+    if getattr(schedule, "needs_metric", False) and "val" in empty:
+        raise ValueError("ReduceLROnPlateau watches the validation split, but val_mask is empty")
+    train_rows = np.flatnonzero(to_numpy(masks["train"])) if config.batch_nodes == "train" else None
     graph = dataset.graph
     multi_label = y.ndim == 2
     loss_block = BCEWithLogits() if multi_label else SoftmaxCrossEntropy()
@@ -206,22 +216,24 @@ def _train(
         np.random.default_rng([config.seed, 0]), init=config.init, backend=backend, dtype=x.dtype
     )
     opt_state = optimizer.init(params)
+    schedule_state = schedule.init(config.lr) if schedule is not None else None
     dropout_rng = np.random.default_rng([config.seed, 1])
     best = {"epoch": -1, "val_acc": -math.inf, "test_acc": math.nan}
     start, train_loss = 0, math.nan
     keeps_state = out is not None and config.checkpoint_every
     fingerprint = data_fingerprint(dataset) if keeps_state or resume is not None else None
     if resume is not None:
-        params, opt_state, start, best, train_loss, _ = restore_checkpoint(
-            resume, params, optimizer, dropout_rng, config.epochs, fingerprint
+        restored = restore_run(
+            resume, params, optimizer, dropout_rng, config.epochs, fingerprint, None, schedule
         )
+        params, opt_state, start, best, train_loss, _, schedule_state = restored
     if out is not None:
         truncate_log(out, start)
     # Diagnostics compare the parameters at the best epoch with the initial ones;
     # a resumed run finds both beside its checkpoint.
     initial = best_params = None
     if config.diagnostics:
-        initial, best_params = _diagnostic_params(out, params, resume)
+        initial, best_params = diagnostic_baselines(out, params, resume)
     epochs = range(start, config.epochs)
     if progress:
         from tqdm import tqdm
@@ -246,7 +258,9 @@ def _train(
     epoch = start - 1
     x_backend = backend_name(get_array_module(x))
     for epoch in epochs:
-        batches = [None] if config.batch_size is None else _batches(x, config, dropout_rng)
+        batches = (
+            [None] if config.batch_size is None else _batches(x, config, dropout_rng, train_rows)
+        )
         weighted_loss, weighted_auxiliary, weight = 0.0, 0.0, 0
         for batch in batches:
             if batch is None:  # full batch
@@ -270,7 +284,12 @@ def _train(
             weighted_loss, weight = weighted_loss + step_loss * count, weight + count
             weighted_auxiliary += auxiliary * count
             step_params, step_grads = params, grads  # the epoch's last step is logged
+            if schedule is not None:  # the rate is the optimiser's only field a schedule sets
+                step_lr = schedule_state["lr"]
+                optimizer = with_lr(optimizer, step_lr)
             params, opt_state = checked_step(optimizer, params, grads, opt_state, epoch)
+            if schedule is not None and config.schedule_every == "batch":
+                schedule_state = schedule.step(schedule_state)
         train_loss = weighted_loss / weight
         # the model's auxiliary loss (NodeFormer's lambda L_e) is part of train_loss; it is
         # also logged apart, with the supervised part, so the two can be told apart
@@ -289,6 +308,12 @@ def _train(
         eval_logits, eval_cache = checked_forward(model, params, epoch, x, graph, training=False)
         reused = (eval_logits, eval_cache) if deterministic else None
         accs = {split: metric(eval_logits, split) for split in masks}
+        schedule_record = {} if schedule is None else {"lr": step_lr}
+        if schedule is not None and config.schedule_every == "epoch":
+            watched = accs["val"] if schedule.needs_metric else None  # accuracy or ROC-AUC
+            if schedule.needs_metric and schedule.mode == "min":  # the validation loss
+                watched = float(loss_block.forward({}, eval_logits, y, masks["val"])[0])
+            schedule_state = schedule.step(schedule_state, watched)
         if "val" in empty or accs["val"] > best["val_acc"]:
             best = {"epoch": epoch, "val_acc": accs["val"], "test_acc": accs["test"]}
             if config.diagnostics:
@@ -298,23 +323,17 @@ def _train(
             "epoch": epoch,
             "train_loss": train_loss,
             **auxiliary_record,
-            "train_acc": accs["train"],
-            "val_acc": accs["val"],
-            "test_acc": accs["test"],
+            **{f"{split}_acc": value for split, value in accs.items()},  # train, val, test
             "grad_norms": norms,
             "grad_abs": absolute_norms,
             **balance_record,
+            **schedule_record,
         }
         if out is not None:
             with open(out / "log.jsonl", "a") as stream:
                 stream.write(strict_json(record) + "\n")  # NaN (an empty split) as null
         if progress:
-            epochs.set_postfix(
-                loss=f"{train_loss:.4f}",
-                train=f"{accs['train']:.3f}",
-                val=f"{accs['val']:.3f}",
-                test=f"{accs['test']:.3f}",
-            )
+            epochs.set_postfix(loss=f"{train_loss:.4f}", **{k: f"{v:.3f}" for k, v in accs.items()})
         stop = config.loss_threshold is not None and train_loss < config.loss_threshold
         if (
             out is not None
@@ -325,7 +344,8 @@ def _train(
             state["data"] = fingerprint
             if config.diagnostics:
                 atomic_savez(out / "best.npz", {k: to_numpy(v) for k, v in best_params.items()})
-            save_checkpoint(out / "checkpoint.npz", params, opt_state, dropout_rng, state)
+            extra = {} if schedule is None else {"schedule_state": schedule_state}
+            save_checkpoint(out / "checkpoint.npz", params, opt_state, dropout_rng, state, **extra)
         # 8 early stop on the training loss
         if stop:
             break
@@ -350,10 +370,15 @@ def _train(
     return result
 
 
-def _batches(x: Any, config: TrainConfig, rng: np.random.Generator) -> list[np.ndarray]:
-    """A random partition of the nodes into batches of ``config.batch_size`` (the last may be
-    smaller; the authors' ``main-batch.py``), drawn from the run's noise generator."""
-    order = rng.permutation(x.shape[0])  # (N,) on the host
+def _batches(
+    x: Any, config: TrainConfig, rng: np.random.Generator, train_rows: np.ndarray | None
+) -> list[np.ndarray]:
+    """Batches of ``config.batch_size`` (the last may be smaller) cut from a permutation, drawn
+    from the run's noise generator, of every node or of ``train_rows`` (the training nodes, as
+    ``main-batch.py``'s ``train_idx[randperm(n_train)]``; its ``n_train // batch_size + 1``
+    batches end with an empty one when ``batch_size`` divides ``n_train``: not here)."""
+    rows = np.arange(x.shape[0]) if train_rows is None else train_rows
+    order = rows[rng.permutation(rows.size)]  # (N,) or (n_train,) on the host
     return [order[i : i + config.batch_size] for i in range(0, len(order), config.batch_size)]
 
 
@@ -394,20 +419,3 @@ def _balance_record(params: dict, grads: dict) -> dict[str, Any]:
 # Relative-change thresholds reported with diagnostics: any change (the complement
 # of GAT-balance Fig. 8), Fig. 3a's 0.05 and Fig. 4a's 0.5.
 CHANGE_THRESHOLDS = (0.0, 0.05, 0.5)
-
-
-def _diagnostic_params(out: Path | None, params: dict, resume: Any) -> tuple[dict, dict]:
-    """``(initial, best)`` parameters: saved as ``initial.npz`` by a fresh run, read back
-    (with ``best.npz``) by a resumed one."""
-    if resume is None:
-        if out is not None:
-            atomic_savez(out / "initial.npz", {k: to_numpy(v) for k, v in params.items()})
-        return params, params
-    folder = Path(resume).parent
-    try:
-        return read_npz(folder / "initial.npz"), read_npz(folder / "best.npz")
-    except FileNotFoundError as err:
-        raise ValueError(
-            f"resuming with diagnostics needs initial.npz and best.npz beside {resume}; "
-            "the run was started without --diagnostics"
-        ) from err

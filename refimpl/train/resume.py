@@ -12,17 +12,24 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from refimpl.backend import asarray, backend_name, get_array_module, to_numpy
-from refimpl.files import atomic_write
-from refimpl.train.checkpoint import read_checkpoint
+from refimpl.files import atomic_write, read_npz
+from refimpl.train.checkpoint import atomic_savez, read_checkpoint
 from refimpl.train.records import strict_json
 from refimpl.train.run_folder import read_log
 
-__all__ = ["data_fingerprint", "restore_checkpoint", "truncate_log"]
+__all__ = [
+    "Restored",
+    "data_fingerprint",
+    "diagnostic_baselines",
+    "restore_checkpoint",
+    "restore_run",
+    "truncate_log",
+]
 
 
 def data_fingerprint(*data: Any) -> str:
@@ -45,7 +52,10 @@ def _update(digest: Any, value: Any) -> None:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         digest.update(f"dataclass {type(value).__name__}\n".encode())
         for field in dataclasses.fields(value):
-            if field.name != "name":
+            # a GraphDataset without missing labels hashes as before its y_mask existed, so
+            # the runs written then still resume
+            absent = field.name == "y_mask" and getattr(value, field.name) is None
+            if field.name != "name" and not absent:
                 digest.update(f"field {field.name}\n".encode())
                 _update(digest, getattr(value, field.name))
     elif hasattr(value, "edge_index") and hasattr(value, "num_dst_nodes"):  # a Graph
@@ -67,6 +77,18 @@ def _update(digest: Any, value: Any) -> None:
         digest.update(array.tobytes())
 
 
+class Restored(NamedTuple):
+    """A run's state read back from its checkpoint by :func:`restore_run`."""
+
+    params: dict
+    opt_state: dict
+    epoch: int  # the next epoch to run
+    best: dict
+    train_loss: float
+    model_state: dict  # empty for a model without state
+    schedule_state: dict | None  # None for a run without a learning-rate schedule
+
+
 def restore_checkpoint(
     path: Any,
     params: dict,
@@ -76,12 +98,31 @@ def restore_checkpoint(
     fingerprint: str | None = None,
     model_state: dict | None = None,
 ) -> tuple:
+    """:func:`restore_run` for a run without a learning-rate schedule: ``(params, opt_state,
+    epoch, best, train_loss, model_state)``; ``rng`` is set to the saved state."""
+    return tuple(restore_run(path, params, optimizer, rng, epochs, fingerprint, model_state))[:6]
+
+
+def restore_run(
+    path: Any,
+    params: dict,
+    optimizer: Any,
+    rng: np.random.Generator,
+    epochs: int,
+    fingerprint: str | None = None,
+    model_state: dict | None = None,
+    schedule: Any = None,
+) -> Restored:
     """The state saved in the checkpoint at ``path``, checked against the model (its
     ``params`` and, for a model with state, ``model_state``: BatchNorm's running statistics),
-    the optimiser, the run's length and (``fingerprint``, when the checkpoint records one) the
-    data: ``(params, opt_state, epoch, best, train_loss, model_state)``; ``rng`` is set to the
-    saved state."""
-    saved_params, saved_opt, rng_state, progress, saved_state = read_checkpoint(path)
+    the optimiser, the learning-rate ``schedule`` (a :mod:`refimpl.schedules` configuration,
+    or ``None``), the run's length and (``fingerprint``, when the checkpoint records one) the
+    data; ``rng`` is set to the saved state. A checkpoint with a schedule's state resumed
+    without a schedule, or the reverse, is refused: the rest of the run would not be the run
+    that was started."""
+    saved_params, saved_opt, rng_state, progress, saved_state, saved_schedule = read_checkpoint(
+        path
+    )
     saved_data = progress.get("data")
     if fingerprint is not None and saved_data is not None and saved_data != fingerprint:
         raise ValueError(
@@ -108,9 +149,31 @@ def restore_checkpoint(
         restored_opt = optimizer.load_state(saved_opt, restored)
     except (TypeError, ValueError) as err:
         raise ValueError(f"checkpoint {path}: optimiser state does not fit: {err}") from err
+    schedule_state = _restore_schedule(path, schedule, saved_schedule)
     rng.bit_generator.state = rng_state
     epoch, best, train_loss = progress["epoch"], progress["best"], progress["train_loss"]
-    return restored, restored_opt, epoch, best, train_loss, restored_state
+    return Restored(restored, restored_opt, epoch, best, train_loss, restored_state, schedule_state)
+
+
+def _restore_schedule(path: Any, schedule: Any, saved: dict) -> dict | None:
+    """The saved schedule state, checked by ``schedule``; refused where one of the two is
+    missing."""
+    if schedule is None and saved:
+        raise ValueError(
+            f"checkpoint {path} holds a learning-rate schedule's state but the run has no "
+            "schedule; resume with the run's own schedule options"
+        )
+    if schedule is None:
+        return None
+    if not saved:
+        raise ValueError(
+            f"checkpoint {path} was written without a learning-rate schedule; resume without "
+            f"one, or start a new run with {type(schedule).__name__}"
+        )
+    try:
+        return schedule.load_state(saved)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"checkpoint {path}: schedule state does not fit: {err}") from err
 
 
 def _check_entries(path: Any, kind: str, saved: dict, expected: dict) -> None:
@@ -139,3 +202,20 @@ def truncate_log(out: Path, start: int) -> None:
         kept = [record for record in read_log(path) if record["epoch"] < start]
     text = "".join(strict_json(record) + "\n" for record in kept)
     atomic_write(path, lambda stream: stream.write(text.encode()))
+
+
+def diagnostic_baselines(out: Path | None, params: dict, resume: Any) -> tuple[dict, dict]:
+    """``(initial, best)`` parameters for ``TrainConfig.diagnostics``: saved as ``initial.npz``
+    by a fresh run, read back (with ``best.npz``) from beside the checkpoint by a resumed one."""
+    if resume is None:
+        if out is not None:
+            atomic_savez(out / "initial.npz", {k: to_numpy(v) for k, v in params.items()})
+        return params, params
+    folder = Path(resume).parent
+    try:
+        return read_npz(folder / "initial.npz"), read_npz(folder / "best.npz")
+    except FileNotFoundError as err:
+        raise ValueError(
+            f"resuming with diagnostics needs initial.npz and best.npz beside {resume}; "
+            "the run was started without --diagnostics"
+        ) from err

@@ -1,10 +1,12 @@
 """``refimpl train --model graph_transformer`` (issue 26): the graph-level model end to end, on
-the bundled synthetic molecules and on a user's ``.npz`` graph dataset."""
+the bundled synthetic molecules, on a user's ``.npz`` graph dataset and on a CSV of SMILES
+(issue 35)."""
 
 from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +16,7 @@ from refimpl.cli import main
 from refimpl.data import save_graph_dataset, synthetic_molecules
 from refimpl.models import GraphTransformer
 from refimpl.train import GraphTrainConfig, train_graph_model
+from tests.data import data_root
 
 FAST = ["--model", "graph_transformer", "--graphs", "60", "--epochs", "2", "--no-progress"]
 
@@ -79,6 +82,8 @@ def test_a_resumed_run_keeps_its_dataset(tmp_path: Path) -> None:
         (["--version", "v1"], "--version do not apply to --model graph_transformer"),
         (["--optimizer", "sgd"], "trains with Adam"),
         (["--lipschitz-norm", "reference-code"], "takes --lipschitz-norm paper"),
+        (["--dataset", "mols.csv"], r"mols.csv \(SMILES\) needs --target COLUMN"),
+        (["--target", "score", "--bad-smiles", "skip"], "--bad-smiles, --target: only for"),
     ],
 )
 def test_what_does_not_apply_is_one_line(
@@ -94,3 +99,53 @@ def test_sweep_keeps_to_node_models(capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(SystemExit):
         main(["sweep", "--model", "graph_transformer"])
     assert "invalid choice: 'graph_transformer'" in capsys.readouterr().err
+
+
+# -- molecules from SMILES (issue 35 item 1) --------------------------------------------------
+TINY = ["--layers", "1", "--hidden", "8", "--heads", "1", "--pe-dim", "0", "--batch-size", "256"]
+
+
+def test_the_shared_zinc_smiles_train(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    pytest.importorskip("rdkit", reason="RDKit (refimpl[chem]) is not installed")
+    path = data_root() / "molecules" / "micro_ZINC.csv"
+    if not path.is_file():
+        pytest.skip(f"{path} is missing")
+    args = ["train", *FAST, *TINY, "--dataset", str(path), "--target", "score"]
+    assert main([*args, "--epochs", "1", "--out", str(tmp_path)]) == 0
+    # OGB's 9 atom and 3 bond features of the file's 1002 molecules, one regression target
+    assert "micro_ZINC: graphs=1002 N=23165 E=49820 F=9 B=3 T=1" in capsys.readouterr().out
+    run = json.loads((tmp_path / "summary.json").read_text())["runs"][0]
+    assert run["metric"] == "mae" and np.isfinite(run["test_metric"])
+    options = json.loads((tmp_path / "run.json").read_text())["options"]
+    assert options["target"] == ["score"]  # stored, so --resume reads the same column
+
+
+def test_bad_smiles_skipped_with_a_warning_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    pytest.importorskip("rdkit", reason="RDKit (refimpl[chem]) is not installed")
+    rows = [f"{'C' * k}O,{k}" for k in range(1, 12)]
+    path = tmp_path / "mols.csv"
+    path.write_text("\n".join(["smiles,y", rows[0], "C1CC,0", *rows[1:]]) + "\n")
+    args = ["train", *FAST, *TINY, "--dataset", str(path), "--target", "y"]
+    args += ["--smiles-column", "smiles", "--out", str(tmp_path / "run")]
+    assert main(args) == 2  # refused by default, naming the row
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "mols.csv row 1 (line 3): RDKit cannot parse" in err[0]
+    assert main([*args, "--bad-smiles", "skip"]) == 0
+    out = capsys.readouterr().out
+    assert "warning: mols.csv: skipped 1 of 12 rows whose SMILES RDKit cannot use (rows 1," in out
+    assert "graphs=11 " in out
+
+
+def test_without_rdkit_a_smiles_csv_says_how_to_install(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "rdkit", None)  # import rdkit now raises ImportError
+    path = tmp_path / "mols.csv"
+    path.write_text("SMILES,score\nCCO,1.0\n")
+    args = ["train", *FAST, "--dataset", str(path), "--target", "score"]
+    assert main([*args, "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pip install 'refimpl[chem]'" in err[0], err
+    assert not (tmp_path / "run").exists()  # nothing written for a run that cannot start

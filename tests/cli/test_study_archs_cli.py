@@ -84,3 +84,29 @@ def test_an_option_the_architecture_does_not_read_is_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert re.search(message, err[-1]), err
     assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
+def test_an_ogb_folder_trains_with_a_plateau_schedule(tmp_path: Path) -> None:
+    # issue 35: `--dataset FOLDER` in OGB's raw graph-property layout trains on OGB's own split
+    # with its missing labels masked, and `--lr-schedule plateau` steps once per epoch on the
+    # validation ROC-AUC (mode max for multi-label data unless --lr-mode is typed)
+    from tests.data.test_ogb_graph import ogb_folder
+
+    # eight two-atom molecules: validation and test each hold both classes of task 0
+    folder = ogb_folder(
+        tmp_path / "data",
+        raw__num_node_list="2\n" * 8,
+        raw__num_edge_list="1\n" * 8,
+        raw__edge="0,1\n" * 8,
+        raw__node_feat="5,0\n6,1\n" * 8,
+        raw__edge_feat="0\n" * 8,
+        raw__graph_label="1,\n0,0\n1,1\n0,\n1,0\n0,1\n1,\n0,1\n",
+        split__scaffold__train="0\n1\n2\n3\n",
+        split__scaffold__valid="4\n5\n",
+        split__scaffold__test="6\n7\n",
+    )
+    out = tmp_path / "run"
+    args = ["--arch", "gt", "--dataset", str(folder), "--lr-schedule", "plateau", "--out", str(out)]
+    assert main([*FAST, *args]) == 0
+    lines = (out / "log.jsonl").read_text().splitlines()
+    assert len(lines) == 2 and all('"lr"' in line for line in lines)

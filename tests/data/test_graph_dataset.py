@@ -41,6 +41,13 @@ def assert_same(a: GraphDataset, b: GraphDataset) -> None:
         x, y = getattr(a, key), getattr(b, key)
         assert x.dtype == y.dtype, key
         np.testing.assert_array_equal(x, y, err_msg=key)
+    assert (a.y_mask is None) == (b.y_mask is None)
+    if a.y_mask is not None:
+        np.testing.assert_array_equal(a.y_mask, b.y_mask)
+
+
+# TOX21-like labels of make()'s three graphs on two tasks: graph 1 lacks task 0, graph 2 task 1
+GAPPY = np.array([[1.0, 0.0], [np.nan, 1.0], [0.0, np.nan]])
 
 
 # -- the dataset ------------------------------------------------------------------------------
@@ -166,6 +173,66 @@ def test_multilabel_and_featureless_edges_accepted() -> None:
 
 
 # -- the file -----------------------------------------------------------------------------------
+
+
+def test_nan_labels_become_the_mask_and_y_stays_finite() -> None:
+    ds = make(y=GAPPY.copy(), task="multilabel")
+    np.testing.assert_array_equal(ds.y_mask, [[True, True], [False, True], [True, False]])
+    np.testing.assert_array_equal(ds.y, [[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]])
+    assert ds.summary().endswith("task=multilabel missing_labels=2")
+    part = ds.subset([2, 1])
+    np.testing.assert_array_equal(part.y_mask, [[True, False], [False, True]])
+    assert ds.subset([0]).y_mask is None  # graph 0 has every label: no mask
+    assert make(y=np.eye(3, 2), task="multilabel", y_mask=np.ones((3, 2), bool)).y_mask is None
+    given = make(y=np.eye(3, 2), task="multilabel", y_mask=np.eye(3, 2, dtype=bool))
+    np.testing.assert_array_equal(given.y_mask, np.eye(3, 2, dtype=bool))
+    assert np.isnan(GAPPY).sum() == 2  # the caller's array is not filled in place
+
+
+@pytest.mark.parametrize(
+    ("overrides", "error", "match"),
+    [
+        ({"y": GAPPY[:, :1]}, ValueError, r"y contains NaN .*task='multilabel' only"),
+        (
+            {"y": np.zeros((3, 1)), "y_mask": np.array([[True], [False], [True]])},
+            ValueError,
+            r"missing labels .* task='multilabel' only",
+        ),
+        (
+            {"y": np.zeros((3, 2)), "task": "multilabel", "y_mask": np.ones((3, 2))},
+            TypeError,
+            r"y_mask must be a bool NumPy array",
+        ),
+        (
+            {"y": np.zeros((3, 2)), "task": "multilabel", "y_mask": np.ones((3, 1), bool)},
+            ValueError,
+            r"y_mask must have y's shape \(3, 2\)",
+        ),
+        (  # NaN with a mask given: which one is meant is unclear
+            {"y": GAPPY.copy(), "task": "multilabel", "y_mask": ~np.isnan(GAPPY)},
+            ValueError,
+            r"y contains NaN",
+        ),
+    ],
+)
+def test_missing_labels_are_refused_where_nothing_could_skip_them(
+    overrides: dict, error: type, match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        make(**overrides)
+
+
+def test_save_load_keeps_the_label_mask(tmp_path: Path) -> None:
+    ds = make(y=GAPPY.copy(), task="multilabel")
+    path = tmp_path / "tox.npz"
+    save_graph_dataset(path, ds)
+    assert_same(load_graph_dataset(path), ds)
+    with np.load(path, allow_pickle=False) as archive:
+        assert "y_mask" in archive.files and int(archive["format_version"]) == 1
+    bad = {**_arrays(ds), "y_mask": ds.y_mask.astype(np.int8)}
+    np.savez(path, **bad)
+    with pytest.raises(TypeError, match=r"tox\.npz: y_mask must be a bool"):
+        load_graph_dataset(path)
 
 
 @pytest.mark.parametrize("task", ["regression", "multilabel"])

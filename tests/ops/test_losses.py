@@ -26,12 +26,18 @@ def cases(draw: st.DrawFn, multi_label: bool = False, scales=(1.0,)):
     rng = np.random.default_rng(draw(seeds()))
     logits = rng.standard_normal((n, k)) * draw(st.sampled_from(scales))
     mask = None
-    if draw(st.booleans()):
+    kind = draw(st.sampled_from(["none", "rows", "entries"] if multi_label else ["none", "rows"]))
+    if kind == "rows":
         mask = rng.random(n) < 0.5
         mask[rng.integers(n)] = True  # a loss needs at least one row
+    if kind == "entries":  # missing labels: an (N, K) mask of the observed ones
+        mask = rng.random((n, k)) < 0.5
+        mask[rng.integers(n), rng.integers(k)] = True  # a loss needs at least one entry
     if multi_label:
         soft = draw(st.booleans())
         targets = rng.random((n, k)) if soft else (rng.random((n, k)) < 0.5).astype(float)
+        if kind == "entries":
+            targets[~mask] = np.nan  # a missing label (OGB's empty cell): must not be read
     else:
         targets = rng.integers(0, k, n)
         if mask is not None:
@@ -49,6 +55,7 @@ def naive_cross_entropy(logits, labels, mask, d_loss):
 
 
 def naive_bce(logits, targets, mask, d_loss):
+    """Over the selected rows (an (N,) mask) or entries (an (N, K) mask)."""
     rows = np.ones(len(logits), bool) if mask is None else mask
     z, t = logits[rows], targets[rows]
     loss = -np.mean(t * log_expit(z) + (1 - t) * log_expit(-z))
@@ -122,9 +129,10 @@ def test_cross_entropy_matches_scipy_and_leaves_inputs_untouched(case):
 @given(cases(multi_label=True, scales=(1.0, 10.0, 30.0)))
 def test_bce_matches_scipy_and_leaves_inputs_untouched(case):
     logits, _, mask, d_loss = case
-    count = len(logits) if mask is None else int(mask.sum())
+    rows = np.ones(len(logits), bool) if mask is None else mask
+    count = int(np.broadcast_to(rows.reshape(len(logits), -1), logits.shape).sum())  # entries
     loss_scale = 1.0 + float(np.max(np.abs(logits)))  # terms max(z, 0) and z t
-    _compare_with_naive(BCE, naive_bce, case, loss_scale, abs(d_loss) / (count * logits.shape[1]))
+    _compare_with_naive(BCE, naive_bce, case, loss_scale, abs(d_loss) / count)
 
 
 @pytest.mark.filterwarnings("error")  # an overflow in exp would be a RuntimeWarning
@@ -157,6 +165,38 @@ def test_rows_outside_the_mask_get_exactly_zero_gradient(block):
     # Equal to the loss over the selected rows alone (PyTorch: loss(logits[mask], ...)).
     loss_selected, _ = block.forward({}, logits[mask], targets[mask])
     assert max_relative_error(loss, loss_selected) <= F64
+
+
+def test_bce_missing_labels_get_zero_gradient_and_change_nothing():
+    # TOX21's empty cells: a masked entry's logit and target must not reach the loss.
+    rng = np.random.default_rng(11)
+    logits, targets = rng.standard_normal((4, 3)), (rng.random((4, 3)) < 0.5).astype(float)
+    observed = np.array([[1, 0, 1], [0, 0, 1], [1, 1, 1], [0, 1, 0]], dtype=bool)
+    loss, cache = BCE.forward({}, logits, np.where(observed, targets, np.nan), observed)
+    d_logits, _ = BCE.backward({}, cache, 1.0)
+    np.testing.assert_array_equal(d_logits[~observed], 0.0)
+    moved = np.where(observed, logits, rng.standard_normal((4, 3)) * 50)  # masked logits only
+    loss_moved, cache_moved = BCE.forward({}, moved, np.where(observed, targets, 1.0), observed)
+    assert float(loss_moved) == float(loss)
+    np.testing.assert_array_equal(BCE.backward({}, cache_moved, 1.0)[0], d_logits)
+    # the mean is over the 7 observed entries, not the 12 cells (nor the 4 rows)
+    terms = np.logaddexp(0, logits) - logits * targets  # (4, 3) the elementwise loss
+    assert max_relative_error(loss, terms[observed].sum() / 7) <= F64
+
+
+@given(cases(multi_label=True))
+def test_bce_matches_torch_with_any_mask(case):
+    # The study's TOX21 loss: BCEWithLogitsLoss()(scores[masks], labels[masks]).
+    torch = pytest.importorskip("torch")
+    logits, targets, mask, d_loss = case
+    loss, cache = BCE.forward({}, logits, targets, mask)
+    d_logits, _ = BCE.backward({}, cache, d_loss)
+    chosen = torch.from_numpy(np.ones(len(logits), bool) if mask is None else mask)
+    z = torch.tensor(logits, requires_grad=True)
+    torch_loss = torch.nn.BCEWithLogitsLoss()(z[chosen], torch.tensor(targets)[chosen])
+    (torch_loss * d_loss).backward()
+    assert max_relative_error(loss, torch_loss.detach().numpy()) <= F64
+    assert max_relative_error(d_logits, z.grad.numpy()) <= F64
 
 
 def test_cross_entropy_with_one_class_is_zero():
@@ -205,6 +245,21 @@ def test_backend_matches_numpy(block, backend):
     assert max_relative_error(to_numpy(d_logits_b), d_logits) <= F64
 
 
+@pytest.mark.parametrize("backend", DEVICE_BACKENDS)
+def test_bce_entry_mask_on_backend_matches_numpy(backend):
+    rng = np.random.default_rng(12)
+    logits, observed = rng.standard_normal((5, 3)), rng.random((5, 3)) < 0.5
+    observed[0, 0] = True
+    targets = np.where(observed, rng.random((5, 3)), np.nan)
+    loss, cache = BCE.forward({}, logits, targets, observed)
+    d_logits, _ = BCE.backward({}, cache, 0.7)
+    on = [asarray(a, backend=backend) for a in (logits, targets, observed)]
+    loss_b, cache_b = BCE.forward({}, *on)
+    d_logits_b, _ = BCE.backward({}, cache_b, asarray(np.asarray(0.7), backend=backend))
+    assert max_relative_error(to_numpy(loss_b), loss) <= F64
+    assert max_relative_error(to_numpy(d_logits_b), d_logits) <= F64
+
+
 LOGITS = np.zeros((3, 2))
 CE_ERRORS = [
     ((LOGITS, np.array([0, 1, 0]), np.zeros(3, bool)), ValueError, r"mask selects no rows"),
@@ -225,6 +280,11 @@ BCE_ERRORS = [
     ((LOGITS, np.full((3, 2), np.nan), None), ValueError, r"targets must lie in \[0, 1\]"),
     ((LOGITS, np.zeros((3, 2), np.float32), None), TypeError, r"targets have dtype float32"),
     ((LOGITS, np.zeros((3, 2)), np.zeros(3, bool)), ValueError, r"mask selects no rows"),
+    ((LOGITS, np.zeros((3, 2)), np.zeros((3, 2), bool)), ValueError, r"mask selects no entry"),
+    ((LOGITS, np.zeros((3, 2)), np.ones((3, 1), bool)), ValueError, r"entry mask must have"),
+    ((LOGITS, np.zeros((3, 2)), np.ones((3, 2))), TypeError, r"mask must be a boolean"),
+    # only the entries outside the mask may be NaN
+    ((LOGITS, np.full((3, 2), np.nan), np.eye(3, 2, dtype=bool)), ValueError, r"\[0, 1\]"),
 ]
 
 
