@@ -26,7 +26,7 @@ MAX_README_LINES = 500
 
 # The quick start CI runs (.ci/run): these lines must stay exactly as they are.
 QUICK_START = (
-    '    pip install -e ".[test,crosscheck,jax,plot,cluster]" --extra-index-url https://download.pytorch.org/whl/cpu',
+    '    pip install -e ".[test,crosscheck,jax,plot,cluster,chem]" --extra-index-url https://download.pytorch.org/whl/cpu',
     "    refimpl demo",
     "    pytest",
 )
