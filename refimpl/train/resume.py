@@ -26,7 +26,6 @@ __all__ = [
     "Restored",
     "data_fingerprint",
     "diagnostic_baselines",
-    "restore_checkpoint",
     "restore_run",
     "truncate_log",
 ]
@@ -87,20 +86,6 @@ class Restored(NamedTuple):
     train_loss: float
     model_state: dict  # empty for a model without state
     schedule_state: dict | None  # None for a run without a learning-rate schedule
-
-
-def restore_checkpoint(
-    path: Any,
-    params: dict,
-    optimizer: Any,
-    rng: np.random.Generator,
-    epochs: int,
-    fingerprint: str | None = None,
-    model_state: dict | None = None,
-) -> tuple:
-    """:func:`restore_run` for a run without a learning-rate schedule: ``(params, opt_state,
-    epoch, best, train_loss, model_state)``; ``rng`` is set to the saved state."""
-    return tuple(restore_run(path, params, optimizer, rng, epochs, fingerprint, model_state))[:6]
 
 
 def restore_run(

@@ -23,7 +23,7 @@ from refimpl.train import (
     save_checkpoint,
     train_model,
 )
-from refimpl.train.resume import restore_checkpoint
+from refimpl.train.resume import restore_run
 
 RUN = ["train", "--no-progress", "--hidden", "4", "--epochs", "3", "--checkpoint-every", "3"]
 
@@ -253,10 +253,10 @@ def test_model_state_round_trips_and_a_resume_checks_it_against_the_model(tmp_pa
         np.testing.assert_array_equal(read.model_state[name], value)
     assert len(load_checkpoint(path)) == 4  # the four-part reader is unchanged
     fresh = {name: np.zeros_like(value) for name, value in state.items()}
-    restored = restore_checkpoint(path, params, optimizer, np.random.default_rng(), 5, None, fresh)
-    np.testing.assert_array_equal(restored[5]["norm.running_var"], state["norm.running_var"])
+    restored = restore_run(path, params, optimizer, np.random.default_rng(), 5, None, fresh)
+    np.testing.assert_array_equal(restored.model_state["norm.running_var"], state["norm.running_var"])
     with pytest.raises(ValueError, match=r"holds model state .* but the model has \[\]"):
-        restore_checkpoint(path, params, optimizer, np.random.default_rng(), 5, None, None)
+        restore_run(path, params, optimizer, np.random.default_rng(), 5, None, None)
     wider = {name: np.zeros(3) for name in state}
     with pytest.raises(ValueError, match=r"norm\.running_mean is float64\(2,\), the model"):
-        restore_checkpoint(path, params, optimizer, np.random.default_rng(), 5, None, wider)
+        restore_run(path, params, optimizer, np.random.default_rng(), 5, None, wider)
