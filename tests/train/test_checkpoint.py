@@ -254,7 +254,8 @@ def test_model_state_round_trips_and_a_resume_checks_it_against_the_model(tmp_pa
     assert len(load_checkpoint(path)) == 4  # the four-part reader is unchanged
     fresh = {name: np.zeros_like(value) for name, value in state.items()}
     restored = restore_run(path, params, optimizer, np.random.default_rng(), 5, None, fresh)
-    np.testing.assert_array_equal(restored.model_state["norm.running_var"], state["norm.running_var"])
+    restored_var = restored.model_state["norm.running_var"]
+    np.testing.assert_array_equal(restored_var, state["norm.running_var"])
     with pytest.raises(ValueError, match=r"holds model state .* but the model has \[\]"):
         restore_run(path, params, optimizer, np.random.default_rng(), 5, None, None)
     wider = {name: np.zeros(3) for name in state}
