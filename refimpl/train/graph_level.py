@@ -319,7 +319,10 @@ def _train(
     if progress:
         from tqdm import tqdm
 
-        epochs = tqdm(epochs, initial=start, total=config.epochs, unit="epoch", leave=False)
+        # disable=None: off where the output is no terminal (a log file would fill with \r)
+        epochs = tqdm(
+            epochs, initial=start, total=config.epochs, unit="epoch", leave=False, disable=None
+        )
     epoch = start - 1
     for epoch in epochs:
         # 1 the epoch's batches

@@ -239,9 +239,10 @@ def _train(
         from tqdm import tqdm
 
         label = progress if isinstance(progress, str) else None  # "seed 3"
-        epochs = tqdm(
-            epochs, initial=start, total=config.epochs, unit="epoch", leave=False, desc=label
-        )
+        epochs = tqdm(  # disable=None: off where the output is no terminal (no \r in logs)
+            epochs, initial=start, total=config.epochs, unit="epoch", leave=False, desc=label,
+            disable=None,
+        )  # fmt: skip
 
     def metric(logits: Any, split: str) -> float:
         if split in empty:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -372,6 +374,15 @@ def test_log_is_strict_json_with_null_for_nan(tmp_path: Path) -> None:
     assert [(r["val_acc"], r["test_acc"]) for r in records] == [(None, None)] * 2
 
 
-def test_the_progress_bar_names_its_seed(dataset: object, capsys: pytest.CaptureFixture) -> None:
+class Terminal(io.StringIO):
+    """A stream that says it is a terminal, where the progress bar draws."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_progress_bar_names_its_seed(dataset: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
     run_seeds(lambda: small_model(dataset), dataset, TrainConfig(epochs=2), [7], progress=True)
-    assert "seed 7" in capsys.readouterr().err
+    assert "seed 7" in terminal.getvalue()
