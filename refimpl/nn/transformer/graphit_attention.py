@@ -78,7 +78,8 @@ __all__ = ["GraphiTAttention", "GraphiTAttentionCache"]
 
 
 class GraphiTAttentionCache(NamedTuple):
-    """What :meth:`GraphiTAttention.backward` reads; the core's steps under GraphiT's names."""
+    """What :meth:`GraphiTAttention.backward` reads: the inputs and the shared core's cache
+    (``core``: every step of :class:`~refimpl.nn.transformer.pair_attention.PairAttention`)."""
 
     h: Any  # (N, D)
     e: Any  # (P, D)
@@ -88,31 +89,6 @@ class GraphiTAttentionCache(NamedTuple):
     def scores(self) -> Any:
         """``(P, H, d)`` F2's ``t_p``, the released ``e_attn``."""
         return self.core.scores
-
-    @property
-    def score_bias(self) -> Any:
-        """``(P, H)`` F2's ``b_p``; None without explicit_bias."""
-        return self.core.score_bias
-
-    @property
-    def raw(self) -> Any:
-        """``(P, H)`` F3's ``s_p`` before the clamp."""
-        return self.core.raw
-
-    @property
-    def weights(self) -> Any:
-        """``(P, H)`` F4's ``w_p``."""
-        return self.core.weights
-
-    @property
-    def z(self) -> Any:
-        """``(N, H)`` F5's sums of weights."""
-        return self.core.z
-
-    @property
-    def out(self) -> Any:
-        """``(N, H, d)`` F6."""
-        return self.core.out
 
 
 @dataclass(frozen=True)
@@ -305,7 +281,7 @@ class GraphiTAttention:
         self, params: dict[str, Any], c: GraphiTAttentionCache, d_out: Any, d_scores: Any
     ) -> tuple[tuple[Any, Any], dict[str, Any]]:
         """B6-B1 of :meth:`backward` on checked cotangents."""
-        n, heads, d = c.out.shape
+        n, heads, d = c.core.out.shape
         # B6-B1 (of F6-F1) the shared core, back to the projections
         d_t = None if d_scores is None else d_scores.reshape(c.scores.shape)
         grads = self.core.backward(c.core, d_out.reshape(n, heads, d), d_t, self._biases(params))

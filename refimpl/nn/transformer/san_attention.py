@@ -70,7 +70,9 @@ __all__ = ["SANAttention", "SANAttentionCache"]
 
 
 class SANAttentionCache(NamedTuple):
-    """What :meth:`SANAttention.backward` reads; the core's steps under SAN's names."""
+    """What :meth:`SANAttention.backward` reads: the inputs, the gamma used and the shared
+    core's cache (``core``: every step of
+    :class:`~refimpl.nn.transformer.pair_attention.PairAttention`)."""
 
     h: Any  # (N, D)
     e: Any  # (P, D)
@@ -81,26 +83,6 @@ class SANAttentionCache(NamedTuple):
     def scores(self) -> Any:
         """``(P, H, d)`` F2's ``t_p``, the released ``g.edata['score']``."""
         return self.core.scores
-
-    @property
-    def raw(self) -> Any:
-        """``(P, H)`` F3's ``s_p`` before the clamp."""
-        return self.core.raw
-
-    @property
-    def weights(self) -> Any:
-        """``(P, H)`` F4's ``w_p``."""
-        return self.core.weights
-
-    @property
-    def z(self) -> Any:
-        """``(N, H)`` F5's sums of weights."""
-        return self.core.z
-
-    @property
-    def out(self) -> Any:
-        """``(N, H, d)`` F6."""
-        return self.core.out
 
 
 @dataclass(frozen=True)
@@ -246,7 +228,7 @@ class SANAttention:
     ) -> tuple[tuple[Any, Any], dict[str, Any]]:
         """B6-B1 of :meth:`backward` on a checked cotangent."""
         xp = get_array_module(d_out)
-        n, heads, d = c.out.shape
+        n, heads, d = c.core.out.shape
         # B6-B1 (of F6-F1) the shared core, back to the projections
         grads = PairAttention(heads, d).backward(c.core, d_out.reshape(n, heads, d))
         d_params: dict[str, Any] = {}

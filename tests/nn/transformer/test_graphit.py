@@ -85,10 +85,10 @@ def test_explicit_bias_weights_read_only_the_bias_score() -> None:
     graph, h = Graph(edges, 3), rng.standard_normal((3, 4))
     (out, _), cache = att.forward(params, h, graph, rng.standard_normal((4, 4)))
     values = (h @ params["W_V"].T).reshape(3, 2, 2) + params["v_bias"]
-    z = cache.z[2][:, None]
-    expected = (values[0] + values[1]) / 2 * (2 * cache.weights[0][:, None]) / (z + 1e-6)
+    z = cache.core.z[2][:, None]
+    expected = (values[0] + values[1]) / 2 * (2 * cache.core.weights[0][:, None]) / (z + 1e-6)
     np.testing.assert_allclose(out[2].reshape(2, 2), expected, rtol=1e-14)
-    np.testing.assert_array_equal(cache.weights[0], cache.weights[1])
+    np.testing.assert_array_equal(cache.core.weights[0], cache.core.weights[1])
 
 
 def test_kernel_weights_pairs_and_zero_kernel_drops_a_pair() -> None:
@@ -101,7 +101,7 @@ def test_kernel_weights_pairs_and_zero_kernel_drops_a_pair() -> None:
     h, e = rng.standard_normal((3, 4)), rng.standard_normal((fg.num_pairs, 4))
     kernel = np.array([1.0, 0.5, 2.0, 0.25, 0.0, 1.5])  # pairs 01 02 10 12 20 21
     (out, _), cache = att.forward(params, h, fg.graph, e, kernel, fg.real)
-    np.testing.assert_array_equal(cache.weights[4], [0.0, 0.0])
+    np.testing.assert_array_equal(cache.core.weights[4], [0.0, 0.0])
     (doubled, _), _ = att.forward(params, h, fg.graph, e, 2 * kernel, fg.real)
     np.testing.assert_allclose(doubled, out, rtol=1e-5)
 
@@ -160,7 +160,7 @@ def test_clamp_boundary_passes_no_gradient_as_torch(value: float) -> None:
     params = {name: np.ones(shape) for name, shape in att.param_shapes().items()}
     graph = Graph(np.array([[0], [1]]), 2)  # t = K h_0 * Q h_1 / sqrt(1) * E e = 1 * value * 1
     (out, _), cache = att.forward(params, np.array([[1.0], [value]]), graph, np.ones((1, 1)))
-    assert cache.raw[0, 0] == value
+    assert cache.core.raw[0, 0] == value
     _, grads = att.backward(params, cache, (np.ones_like(out), None))
     for name in ("W_Q", "W_K", "W_E"):
         np.testing.assert_array_equal(grads[name], 0.0)

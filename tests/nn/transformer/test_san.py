@@ -86,7 +86,7 @@ def attention_setups(draw: st.DrawFn) -> tuple:
 
 def away_from_clamp(cache: Any) -> bool:
     """No score within the step's reach of +-5, where the clamp's derivative jumps."""
-    return bool(np.all(np.abs(np.abs(cache.raw) - 5.0) > 1e-4))
+    return bool(np.all(np.abs(np.abs(cache.core.raw) - 5.0) > 1e-4))
 
 
 @given(setup=attention_setups())
@@ -116,7 +116,7 @@ def test_gamma_zero_attends_to_real_pairs_only() -> None:
     params = attention.init_params(rng)
     h, e = rng.standard_normal((3, 2)), rng.standard_normal((graph.num_edges, 2))
     out, cache = attention.forward(params, h, graph, e, real)
-    z = cache.z[1, 0]
+    z = cache.core.z[1, 0]
     np.testing.assert_allclose(out[1], (h[0] @ params["W_V"].T) * z / (z + 1e-6), rtol=1e-14)
     moved = h.copy()
     moved[2] += 3.0
@@ -142,7 +142,7 @@ def test_clamped_scores_pass_no_gradient() -> None:
     params = {name: np.full(shape, 10.0) for name, shape in attention.param_shapes().items()}
     h, e = np.ones((2, 1)), np.ones((graph.num_edges, 1))
     out, cache = attention.forward(params, h, graph, e)
-    assert np.all(cache.raw > 5)
+    assert np.all(cache.core.raw > 5)
     _, grads = attention.backward(params, cache, np.ones_like(out))
     for name in ("W_Q", "W_K", "W_E"):
         np.testing.assert_array_equal(grads[name], 0.0)
@@ -376,7 +376,7 @@ def test_clamp_boundary_passes_no_gradient_as_torch(value: float) -> None:
     params = {name: np.ones(shape) for name, shape in attention.param_shapes().items()}
     graph = Graph(np.array([[0], [1]]), 2)  # s = K h_0 * Q h_1 / sqrt(1) * E e = 1 * value * 1
     out, cache = attention.forward(params, np.array([[1.0], [value]]), graph, np.ones((1, 1)))
-    assert cache.raw[0, 0] == value
+    assert cache.core.raw[0, 0] == value
     _, grads = attention.backward(params, cache, np.ones_like(out))
     for name in ("W_Q", "W_K", "W_E"):
         np.testing.assert_array_equal(grads[name], 0.0)
