@@ -66,6 +66,7 @@ import numpy as np
 
 from refimpl.backend import asarray, get_array_module
 from refimpl.fields import check_bool, check_nonnegative_number, check_positive_int, shown
+from refimpl.nn.norms.affine import affine_init, affine_shapes
 from refimpl.nn.overflow import backward_checked, check_overflow
 from refimpl.validation import check_block_inputs, check_cotangent, check_input, check_like
 
@@ -135,18 +136,13 @@ class BatchNorm:
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Names and shapes of the parameters, in order (torch's)."""
-        return {"weight": (self.channels,), "bias": (self.channels,)} if self.affine else {}
+        return affine_shapes(self.channels, self.affine)
 
     def init_params(
         self, rng: np.random.Generator, backend: str | None = None, dtype: Any = np.float64
     ) -> dict[str, Any]:
         """``weight`` ones and ``bias`` zeros, as torch (``rng`` is not used)."""
-        if not self.affine:
-            return {}
-        return {
-            "weight": asarray(np.ones(self.channels), backend=backend, dtype=dtype),
-            "bias": asarray(np.zeros(self.channels), backend=backend, dtype=dtype),
-        }
+        return affine_init(self.channels, self.affine, backend, dtype)
 
     def init_state(self, backend: str | None = None, dtype: Any = np.float64) -> dict[str, Any]:
         """``{"running_mean": zeros (C,), "running_var": ones (C,)}``, as torch's buffers."""

@@ -61,13 +61,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from refimpl.backend import asarray
 from refimpl.fields import (
     check_bool,
     check_nonnegative_number,
     check_optional_bool,
     check_positive_int,
 )
+from refimpl.nn.norms.affine import affine_init, affine_shapes
 from refimpl.nn.overflow import backward_checked, check_overflow
 from refimpl.ops.eps_root import eps_root, eps_root_backward
 from refimpl.validation import check_block_inputs, check_cotangent
@@ -119,18 +119,13 @@ class LayerNorm:
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
         """Names and shapes of the parameters, in order."""
-        return {"weight": (self.channels,), "bias": (self.channels,)} if self.affine else {}
+        return affine_shapes(self.channels, self.affine)
 
     def init_params(
         self, rng: np.random.Generator, backend: str | None = None, dtype: Any = np.float64
     ) -> dict[str, Any]:
         """``weight`` ones and ``bias`` zeros, as PyG and torch (``rng`` is not used)."""
-        if not self.affine:
-            return {}
-        return {
-            "weight": asarray(np.ones(self.channels), backend=backend, dtype=dtype),
-            "bias": asarray(np.zeros(self.channels), backend=backend, dtype=dtype),
-        }
+        return affine_init(self.channels, self.affine, backend, dtype)
 
     def forward(self, params: dict[str, Any], x: Any) -> tuple[Any, LayerNormCache]:
         """Normalise ``x`` (N, channels); returns ``(out (N, channels), cache)``."""
