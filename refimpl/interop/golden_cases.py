@@ -18,7 +18,14 @@ from typing import Any
 import numpy as np
 
 from refimpl.graph import Graph
-from refimpl.interop.golden_inputs import BATCH, BATCH_EDGES, EDGES, NUM_NODES, CaseData
+from refimpl.interop.golden_inputs import (
+    BATCH,
+    BATCH_EDGES,
+    EDGES,
+    NUM_NODES,
+    CaseData,
+    graph_model_case,
+)
 from refimpl.interop.golden_study import (
     eigenpairs_inputs,
     pairs_inputs,
@@ -226,15 +233,7 @@ def _graph_transformer(block: GraphTransformer, rng: np.random.Generator) -> Cas
         "pe": rng.standard_normal((n, block.pe_dim)),
         "batch": BATCH.copy(),
     }
-    return CaseData(
-        inputs,
-        ("input/x", "graph"),
-        ("x", "edge_attr", "pe"),
-        kwargs={"num_graphs": 2, "training": True},
-        array_kwargs={"edge_attr": "input/edge_attr", "pe": "input/pe", "batch": "input/batch"},
-        noise_kwarg="noise",
-        draw_noise=True,
-    )
+    return graph_model_case(inputs)
 
 
 def _case(name: str, cls: type, build: Callable, description: str, **kwargs: Any) -> GoldenCase:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BATCH", "BATCH_EDGES", "EDGES", "NUM_NODES", "CaseData"]
+__all__ = ["BATCH", "BATCH_EDGES", "EDGES", "NUM_NODES", "CaseData", "graph_model_case"]
 
 
 @dataclass(frozen=True)
@@ -33,3 +33,18 @@ NUM_NODES = 6
 # isolated within graph 0.
 BATCH_EDGES = np.array([[0, 1, 1, 2, 1, 2, 4, 5, 6], [1, 0, 2, 1, 2, 2, 5, 6, 4]], np.int64)
 BATCH = np.array([0, 0, 0, 0, 1, 1, 1], np.int64)
+
+
+def graph_model_case(inputs: dict[str, np.ndarray]) -> CaseData:
+    """A graph-level model on the two-graph batch ``inputs`` (``x``, the graph, ``edge_attr``,
+    ``pe``, ``batch``): training, gradients of ``x``, ``edge_attr`` and ``pe``, the dropout
+    masks drawn once and stored."""
+    return CaseData(
+        inputs,
+        ("input/x", "graph"),
+        ("x", "edge_attr", "pe"),
+        kwargs={"num_graphs": 2, "training": True},
+        array_kwargs={"edge_attr": "input/edge_attr", "pe": "input/pe", "batch": "input/batch"},
+        noise_kwarg="noise",
+        draw_noise=True,
+    )

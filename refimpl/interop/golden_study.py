@@ -12,7 +12,7 @@ from refimpl.backend import to_numpy
 from refimpl.data.full_graph import full_graph
 from refimpl.data.graph_kernels import random_walk_kernel
 from refimpl.graph import Graph
-from refimpl.interop.golden_inputs import BATCH, BATCH_EDGES, NUM_NODES, CaseData
+from refimpl.interop.golden_inputs import BATCH, BATCH_EDGES, NUM_NODES, CaseData, graph_model_case
 from refimpl.models import GraphTransformer
 from refimpl.nn import GraphiTLayer, LearnedLaplacianPE, MLPReadout, SANAttention, TransformerStream
 from refimpl.nn.transformer.san_lpe import eigenpairs_padded
@@ -39,15 +39,7 @@ def study_transformer_inputs(block: GraphTransformer, rng: np.random.Generator) 
         inputs["pe"] = np.stack([vectors, values, valid.astype(np.float64)], axis=2)
     else:
         inputs["pe"] = rng.standard_normal((n, block.pe_dim))
-    return CaseData(
-        inputs,
-        ("input/x", "graph"),
-        ("x", "edge_attr", "pe"),
-        kwargs={"num_graphs": 2, "training": True},
-        array_kwargs={"edge_attr": "input/edge_attr", "pe": "input/pe", "batch": "input/batch"},
-        noise_kwarg="noise",
-        draw_noise=True,
-    )
+    return graph_model_case(inputs)
 
 
 def readout_inputs(block: MLPReadout, rng: np.random.Generator) -> CaseData:
