@@ -180,6 +180,8 @@ def _check_options(args: argparse.Namespace) -> None:
     for name, archs in typed.items():
         if name in args.explicit and args.arch not in archs.split(" or "):
             raise ValueError(f"--{name.replace('_', '-')} applies to --arch {archs}")
+    if args.pe == "learned-laplacian" and args.pe_dim == 0:
+        raise ValueError("--pe learned-laplacian needs --pe-dim >= 1: the eigenpairs it reads")
     if args.pe == "learned-laplacian" and not study:
         raise ValueError("--pe learned-laplacian is SAN's learned encoding: --arch gt/graphit/san")
     if study and ({"lipschitz_norm", "global_node", "attn_dropout", "layer_norm"} & args.explicit):
@@ -269,6 +271,7 @@ def run_graph(args: argparse.Namespace) -> int:
             "needs at least one graph in each; give more graphs (--graphs, or a larger dataset)"
         )
     model = build_graph_model(args, train)
+    schedule = graph_schedule(args, train)  # a bad --lr-* option refused before the folder
     data = {args.dataset: data_fingerprint(dataset)}
     out = open_cli_run(args, "train", default_out("train"), data)
     print(f"model  {model}")
@@ -284,7 +287,7 @@ def run_graph(args: argparse.Namespace) -> int:
             checkpoint_every=args.checkpoint_every,
             dtype=args.dtype,
             pe=pe_kind(args),
-            schedule=graph_schedule(args, train),
+            schedule=schedule,
         )
         checkpoint = run_dir / "checkpoint.npz"
         resume = checkpoint if args.resume is not None and checkpoint.is_file() else None

@@ -75,6 +75,8 @@ def test_a_killed_batch_norm_run_resumes_bit_for_bit(tmp_path: Path) -> None:
         (["--norm", "batch"], r"--norm batch applies to --arch gt, graphit or san"),
         (["--arch", "gt", "--global-node"], r"--global-node.* apply to --arch transformer-conv"),
         (["--arch", "gt", "--no-layer-norm"], r"--norm sets the study architectures'"),
+        (["--arch", "san", "--pe", "learned-laplacian", "--pe-dim", "0"], r"needs --pe-dim >= 1"),
+        (["--arch", "gt", "--lr-schedule", "plateau", "--lr-factor", "2"], r"factor must be in"),
     ],
 )
 def test_an_option_the_architecture_does_not_read_is_one_line(
