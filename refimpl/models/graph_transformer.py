@@ -89,7 +89,54 @@ POOLS = ("mean", "sum", "max", None)
 @dataclass(frozen=True)
 class GraphTransformer:
     """Input and positional embeddings, ``num_layers`` graph-transformer layers, pooling and an
-    MLP head (or a node-level linear head); see the module docstring."""
+    MLP head (or a node-level head): F1-F8 of the module docstring for ``arch=
+    "transformer-conv"`` (the supplement's Sec. 2, Eq. 1-14), the released nets for the
+    study's architectures (:mod:`refimpl.models.study_archs`).
+
+    Parameters
+    ----------
+    in_channels, out_channels : int
+        Node features in; targets or labels out (default 1).
+    hidden_channels, num_layers, heads : int
+        ``D`` (64), ``L`` (4), ``H`` (4); ``D`` divisible by ``H``.
+    ffn_channels : int or None
+        The FFN's width; None (default): ``2 D``.
+    edge_dim : int or None
+        Columns of the input's ``edge_attr``; None (default): no edge features.
+    pe_dim : int
+        Positional-encoding columns (Laplacian or random-walk), added after a linear map;
+        0 (default): none.
+    pool : "mean", "sum", "max" or None
+        The graph readout (default "mean"); None: node-level outputs.
+    dropout : float
+        Inside every layer (default 0.0).
+    arch : "transformer-conv", "gt", "graphit" or "san"
+        The layers (default "transformer-conv"). A field an architecture does not read must
+        keep its default (refused otherwise).
+    global_node, attn_dropout, layer_norm, lipschitz_norm
+        transformer-conv only: Eq. 14's global node (False), attention dropout (0.0), Eq. 11's
+        LayerNorm (True), LipschitzNorm Eq. 19 (None or "paper").
+    norm : str or None
+        gt, graphit, san: "batch" (None, the default, means it), "layer", "layer+batch",
+        "none".
+    explicit_bias : bool
+        gt, graphit: the study's key, value and edge bias vectors (False).
+    full_graph : bool
+        graphit, san: attend over every ordered pair of a graph's nodes (True).
+    gamma : float
+        san: the non-edge pairs' share ``gamma / (gamma + 1)`` (0.1).
+    kernel, kernel_steps, kernel_gamma, kernel_beta
+        graphit with full_graph: "random-walk" ``(I - gamma L)^p`` (p = 16, gamma = 0.25) or
+        "diffusion" ``exp(-beta L)`` (beta = 1.0).
+    lpe_eigenpairs, lpe_channels : int
+        gt, graphit, san: SAN's learned Laplacian encoding of ``m`` eigenpairs (0: none) in
+        the last ``lpe_channels`` (16) of ``D``; excludes ``pe_dim``.
+
+    Shapes
+    ------
+    ``x (N, in_channels)``, ``edge_attr (E, edge_dim)``, ``pe (N, pe_dim)`` or ``(N, m, 3)``
+    -> ``(G, out_channels)`` (graph level) or ``(N, out_channels)`` (node level).
+    """
 
     in_channels: int
     out_channels: int = 1  # targets (regression) or labels
