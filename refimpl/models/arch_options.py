@@ -25,6 +25,7 @@ ARCH_FIELDS = {
     "global_node": (False, ("transformer-conv",)),
     "attn_dropout": (0.0, ("transformer-conv",)),
     "lipschitz_norm": (None, ("transformer-conv",)),
+    "ffn_channels": (None, ("transformer-conv", "gt")),  # GraphiT-GT's and SAN's FFN: 2 D
     "norm": (None, STUDY_ARCHS),
     "explicit_bias": (False, ("gt", "graphit")),
     "full_graph": (True, ("graphit", "san")),
@@ -39,9 +40,17 @@ ARCH_FIELDS = {
 
 
 def check_arch_fields(model: Any) -> None:
-    """``model.arch`` is known, the fields it does not read keep their defaults (a value set
+    """Check ``model.arch`` and the fields only some architectures read.
+
+    The architecture is known, the fields it does not read keep their defaults (a value set
     there would be ignored without a word), and the ones it reads are valid; sets ``norm`` to
-    ``"batch"`` (the released configurations') where None. One line per problem."""
+    ``"batch"`` (the released configurations') where None. One line per problem.
+
+    Parameters
+    ----------
+    model : GraphTransformer
+        The model being constructed (its fields are normalised in place).
+    """
     if model.arch not in ARCHS:
         raise ValueError(f"GraphTransformer arch must be one of {ARCHS}, got {model.arch!r}")
     for name in ("explicit_bias", "full_graph"):  # "False" would read as true
@@ -81,9 +90,20 @@ def check_arch_fields(model: Any) -> None:
 
 
 def check_study_pe(model: Any, pe: Any, n: int, like: Any) -> None:
-    """``pe`` fits the model: ``(N, pe_dim)`` columns, ``(N, m, 3)`` padded eigenpairs with
-    a validity column (1.0 valid, 0.0 padding; ``lpe_eigenpairs``), or None; one line
-    otherwise."""
+    """Check that ``pe`` fits the model; one line otherwise.
+
+    Parameters
+    ----------
+    model : GraphTransformer
+        With a study ``arch``.
+    pe : array or None
+        ``(N, pe_dim)`` columns, or ``(N, m, 3)`` padded eigenpairs with a validity column
+        (1.0 valid, 0.0 padding; ``lpe_eigenpairs``), or None.
+    n : int
+        ``N``, the input's nodes.
+    like : array
+        The node features, whose dtype and backend ``pe`` must share.
+    """
     if not model.lpe_eigenpairs:
         check_optional_input(pe, "pe", "pe_dim", model.pe_dim or None, n, like, "GraphTransformer")
         return

@@ -88,54 +88,126 @@ POOLS = ("mean", "sum", "max", None)
 
 @dataclass(frozen=True)
 class GraphTransformer:
-    """Input and positional embeddings, ``num_layers`` graph-transformer layers, pooling and an
-    MLP head (or a node-level head): F1-F8 of the module docstring for ``arch=
-    "transformer-conv"`` (the supplement's Sec. 2, Eq. 1-14), the released nets for the
-    study's architectures (:mod:`refimpl.models.study_archs`).
+    r"""A graph transformer: input embeddings, ``num_layers`` attention layers and a readout.
+
+    ``arch="transformer-conv"`` (the default) is the massive-activations supplement's model
+    (Sec. 2, Eq. 1-14; F1-F8 of the module docstring). On $N$ nodes with features $X$, optional
+    positional encodings $P$ and $D$ = ``hidden_channels``:
+
+    $$
+    H^{(0)} = X W_{in}^\top + b_{in} + P W_{pe}^\top + b_{pe}
+    \qquad \text{(Eq. 1-2)}
+    $$
+
+    then per layer, with $h$ heads of $d_k = D / h$ channels, the attention masked to the edges
+    and self-loops (Eq. 6-7) and edge embeddings $e_{ij}$ (Eq. 12-13)
+    (:class:`~refimpl.nn.GraphTransformerLayer`):
+
+    $$
+    A_i = \operatorname{softmax}\left(\frac{Q_i K_i^\top + f(e)}{\sqrt{d_k}} + M\right), \quad
+    H' = \operatorname{Concat}_i(A_i V_i) W^O \qquad \text{(Eq. 3-9)}
+    $$
+
+    $$
+    Z = \operatorname{LayerNorm}(H^{(l)} + H'), \quad
+    H^{(l+1)} = \operatorname{LayerNorm}(Z + \operatorname{FFN}(Z)) \qquad \text{(Eq. 10-11)}
+    $$
+
+    and the head (Sec. 2's $y = \operatorname{MLP}(\operatorname{Pool}(H))$; per node, with
+    ``pool=None``, $y = H^{(L)} W_{out}^\top + b_{out}$):
+
+    $$
+    y = \operatorname{ReLU}\left(\operatorname{Pool}(H^{(L)}) W_1^\top + b_1\right) W_2^\top + b_2
+    $$
+
+    The study's architectures (the module
+    :mod:`refimpl.models.study_archs`) share, per head and attention pair $u \to v$, the released
+    Dwivedi & Bresson (2021) attention (their Eq. 10-12 as released: a channel-wise score,
+    clamped, no softmax):
+
+    $$
+    s_{uv} = \frac{K h_u \odot Q h_v}{\sqrt{d_k}} \odot E e_{uv}, \quad
+    w_{uv} = c_{uv} \exp\Big(\operatorname{clamp}\big(\textstyle\sum_c s_{uv,c}, -5, 5\big)\Big),
+    \quad \hat h_v = \frac{\sum_u w_{uv} V h_u}{\sum_u w_{uv} + 10^{-6}}
+    $$
+
+    with $c_{uv} = 1$ for ``"gt"`` (GT, whose edge stream carries $s_{uv}$ on); for
+    ``"graphit"`` (GraphiT-GT) with ``full_graph``, the kernel entry $\kappa_{uv}$ of
+    $(I - \gamma L)^p$ or $\exp(-\beta L)$ (1 without); for ``"san"`` (SAN), $1 / (\gamma + 1)$
+    on edges and $\gamma / (\gamma + 1)$ on other pairs (GraphiT and SAN over all pairs with
+    ``full_graph``, non-edges with their own $Q_2, K_2, E_2$). Each then runs the released
+    stream (dropout, $W^O$, residual, norm, FFN, residual, norm) and ends with
+    $y = \operatorname{MLPReadout}(\operatorname{Pool}(h))$.
 
     Parameters
     ----------
-    in_channels, out_channels : int
-        Node features in; targets or labels out (default 1).
-    hidden_channels, num_layers, heads : int
-        ``D`` (64), ``L`` (4), ``H`` (4); ``D`` divisible by ``H``.
-    ffn_channels : int or None
-        The FFN's width; None (default): ``2 D``.
-    edge_dim : int or None
-        Columns of the input's ``edge_attr``; None (default): no edge features.
-    pe_dim : int
-        Positional-encoding columns (Laplacian or random-walk), added after a linear map;
-        0 (default): none.
-    pool : "mean", "sum", "max" or None
-        The graph readout (default "mean"); None: node-level outputs.
-    dropout : float
-        Inside every layer (default 0.0).
-    arch : "transformer-conv", "gt", "graphit" or "san"
-        The layers (default "transformer-conv"). A field an architecture does not read must
-        keep its default (refused otherwise).
-    global_node, attn_dropout, layer_norm, lipschitz_norm
-        transformer-conv only: Eq. 14's global node (False), attention dropout (0.0), Eq. 11's
-        LayerNorm (True), LipschitzNorm Eq. 19 (None or "paper").
-    norm : str or None
-        gt, graphit, san: "batch" (None, the default, means it), "layer", "layer+batch",
-        "none".
-    explicit_bias : bool
-        gt, graphit: the study's key, value and edge bias vectors (False).
-    full_graph : bool
-        graphit, san: attend over every ordered pair of a graph's nodes (True).
-    gamma : float
-        san: the non-edge pairs' share ``gamma / (gamma + 1)`` (0.1).
-    kernel, kernel_steps, kernel_gamma, kernel_beta
-        graphit with full_graph: "random-walk" ``(I - gamma L)^p`` (p = 16, gamma = 0.25) or
-        "diffusion" ``exp(-beta L)`` (beta = 1.0).
-    lpe_eigenpairs, lpe_channels : int
-        gt, graphit, san: SAN's learned Laplacian encoding of ``m`` eigenpairs (0: none) in
-        the last ``lpe_channels`` (16) of ``D``; excludes ``pe_dim``.
+    in_channels : int
+        Node features in.
+    out_channels : int, default 1
+        Targets (regression) or labels per graph (or per node).
+    hidden_channels : int, default 64
+        ``D``, the width of every layer; divisible by ``heads``.
+    num_layers : int, default 4
+        ``L``, attention layers.
+    heads : int, default 4
+        ``H``, attention heads, ``d_k = D / H`` channels each.
+    ffn_channels : int or None, default None
+        The FFN's hidden width; None: ``2 D``. Read by transformer-conv and gt only (graphit
+        and san always use ``2 D``; a value set there is refused).
+    edge_dim : int or None, default None
+        Columns of the input's ``edge_attr``; None: no edge features.
+    pe_dim : int, default 0
+        Columns of the positional encodings ``pe`` (Laplacian or random-walk), added after a
+        linear map (Eq. 2); 0: none.
+    global_node : bool, default False
+        One global node per graph attending to and from its nodes (Eq. 14).
+        transformer-conv only.
+    pool : {"mean", "sum", "max", None}, default "mean"
+        The graph readout; None: node-level outputs.
+    dropout : float in [0, 1), default 0.0
+        Dropout inside every layer.
+    attn_dropout : float in [0, 1), default 0.0
+        Dropout on the attention coefficients (PyG's ``TransformerConv.dropout``).
+        transformer-conv only.
+    layer_norm : bool, default True
+        Eq. 11's LayerNorms; False: the residuals alone. transformer-conv only.
+    lipschitz_norm : {None, "paper"}, default None
+        "paper": LipschitzNorm (Dasoulas et al. 2021) Eq. (19) per head in place of
+        $1 / \sqrt{d_k}$. transformer-conv only.
+    arch : {"transformer-conv", "gt", "graphit", "san"}, default "transformer-conv"
+        The layers (above). A field an architecture does not read must keep its default
+        (refused otherwise).
+    norm : {None, "batch", "layer", "layer+batch", "none"}, default None
+        The streams' norms (gt, graphit, san); None means "batch", the released configs'.
+    explicit_bias : bool, default False
+        The study's key, value and edge bias vectors (gt, graphit).
+    full_graph : bool, default True
+        Attend over every ordered pair of a graph's nodes (graphit, san).
+    gamma : float, default 0.1
+        SAN's weight of the non-edge pairs, $\gamma / (\gamma + 1)$ (san).
+    kernel : {"random-walk", "diffusion"}, default "random-walk"
+        GraphiT's kernel with ``full_graph``: $(I - \gamma L)^p$ or $\exp(-\beta L)$ (graphit).
+    kernel_steps : int, default 16
+        $p$ of the random-walk kernel (graphit).
+    kernel_gamma : float, default 0.25
+        $\gamma$ of the random-walk kernel (graphit).
+    kernel_beta : float, default 1.0
+        $\beta$ of the diffusion kernel (graphit).
+    lpe_eigenpairs : int, default 0
+        ``m``, eigenpairs of SAN's learned Laplacian encoding
+        (:class:`~refimpl.nn.LearnedLaplacianPE`); 0: none; excludes ``pe_dim`` (gt, graphit,
+        san).
+    lpe_channels : int, default 16
+        The learned encoding's width, the last ``lpe_channels`` of ``D``.
 
     Shapes
     ------
-    ``x (N, in_channels)``, ``edge_attr (E, edge_dim)``, ``pe (N, pe_dim)`` or ``(N, m, 3)``
-    -> ``(G, out_channels)`` (graph level) or ``(N, out_channels)`` (node level).
+    - **forward** ``x (N, in_channels)``, ``edge_attr (E, edge_dim)``, ``pe (N, pe_dim)`` (or
+      ``(N, m, 3)`` with ``lpe_eigenpairs``), ``batch (N,)`` -> ``(G, out_channels)`` (graph
+      level) or ``(N, out_channels)`` (``pool=None``).
+    - **backward** ``d_out`` shaped as the output -> ``d_x (N, in_channels)`` (with
+      ``edge_dim`` or ``pe``, the tuple ``(d_x[, d_edge_attr][, d_pe])``), ``d_params``.
+    - N nodes, E edges, G graphs in the batch, H heads, D = ``hidden_channels``.
     """
 
     in_channels: int

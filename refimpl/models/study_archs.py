@@ -60,27 +60,69 @@ __all__ = [
 
 
 class StudyCache(NamedTuple):
-    """What the backward of a study architecture reads (None for a step switched off)."""
+    """What the backward of a study architecture reads (None for a step switched off).
 
-    graph: Graph  # the attention graph A
-    pairs: FullGraph | None  # A's pairs with full_graph (GraphiT, SAN), else None
-    kernel: Any  # (|A|,) F4, or None
-    input: LinearCache  # F1
-    pe: Any  # F2: LinearCache, LearnedLaplacianPECache, or None
-    edge: LinearCache | None  # F3
-    layers: tuple  # F5, each layer's cache
-    pool: Any  # F6 (graph level)
-    readout: MLPReadoutCache  # F7
-    batch: Segments | None  # the nodes grouped by graph (graph level)
-    node_graph: Any  # (N,) int64 host: the graph of every node
-    num_edges: int  # E, the input's edges
-    state: dict[str, Any]  # the running statistics after this forward
-    noise: dict[str, Any]  # the masks used, as forward(noise=...) takes them
+    Attributes
+    ----------
+    graph : Graph
+        The attention graph A.
+    pairs : FullGraph or None
+        A's pairs with full_graph (GraphiT, SAN), else None.
+    kernel : (|A|,) array or None
+        F4, or None.
+    input : LinearCache
+        F1.
+    pe : object
+        F2: LinearCache, LearnedLaplacianPECache, or None.
+    edge : LinearCache or None
+        F3.
+    layers : tuple
+        F5, each layer's cache.
+    pool : object
+        F6 (graph level).
+    readout : MLPReadoutCache
+        F7.
+    batch : Segments or None
+        The nodes grouped by graph (graph level).
+    node_graph : (N,) int64 host array
+        The graph of every node.
+    num_edges : int
+        E, the input's edges.
+    state : dict
+        The running statistics after this forward.
+    noise : dict
+        The masks used, as forward(noise=...) takes them.
+    """
+
+    graph: Graph
+    pairs: FullGraph | None
+    kernel: Any
+    input: LinearCache
+    pe: Any
+    edge: LinearCache | None
+    layers: tuple
+    pool: Any
+    readout: MLPReadoutCache
+    batch: Segments | None
+    node_graph: Any
+    num_edges: int
+    state: dict[str, Any]
+    noise: dict[str, Any]
 
 
 def study_blocks(model: Any) -> dict[str, Any]:
-    """The parameterised blocks of ``model`` (a GraphTransformer with a study ``arch``) by
-    parameter prefix, in parameter order."""
+    """The parameterised blocks of ``model`` by parameter prefix, in parameter order.
+
+    Parameters
+    ----------
+    model : GraphTransformer
+        With a study ``arch`` (``"gt"``, ``"graphit"``, ``"san"``).
+
+    Returns
+    -------
+    dict
+        ``{prefix: block}``: ``input``, ``lpe`` or ``pe``, ``edge``, ``layer{l}``, ``readout``.
+    """
     d = model.hidden_channels
     lpe = model.lpe_channels if model.lpe_eigenpairs else 0
     blocks: dict[str, Any] = {"input": Linear(model.in_channels, d - lpe)}
@@ -161,7 +203,24 @@ def study_forward(
     noise: dict[str, Any],
     state: dict[str, Any] | None,
 ) -> tuple[Any, StudyCache]:
-    """F1-F7 on checked inputs (``batch`` a host int64 array, ``num_graphs`` an int)."""
+    """F1-F7 on checked inputs.
+
+    Parameters
+    ----------
+    model : GraphTransformer
+        With a study ``arch``.
+    params, x, graph, edge_attr, pe, training, rng, noise, state
+        As :meth:`GraphTransformer.forward` takes them, checked (``noise`` a dict).
+    batch : (N,) int64 host array
+        The graph of every node.
+    num_graphs : int
+        ``G``.
+
+    Returns
+    -------
+    out : (G, out_channels) or (N, out_channels) array
+    cache : StudyCache
+    """
     xp = get_array_module(x)
     blocks, used, new_state = model.blocks, {}, {}
     sub = lambda prefix: split_params(blocks, params, prefix)  # noqa: E731
@@ -239,7 +298,20 @@ def study_forward(
 def study_backward(
     model: Any, params: dict[str, Any], cache: StudyCache, d_out: Any, input_grad: bool
 ) -> tuple[Any, dict[str, Any]]:
-    """B7-B1: ``(d_inputs, d_params)`` as :meth:`GraphTransformer.backward` returns them."""
+    """B7-B1: ``(d_inputs, d_params)`` as :meth:`GraphTransformer.backward` returns them.
+
+    Parameters
+    ----------
+    model : GraphTransformer
+        With a study ``arch``.
+    params, cache, d_out, input_grad
+        As :meth:`GraphTransformer.backward` takes them, ``d_out`` checked.
+
+    Returns
+    -------
+    tuple
+        ``(d_inputs, d_params)``.
+    """
     blocks, d_params = model.blocks, {}
     # B7 (of F7), B6 (of F6)
     d_h = block_backward(blocks, params, "readout", cache.readout, d_out, d_params)
@@ -298,11 +370,25 @@ def _pair_features_backward(pairs: FullGraph, d_pair: Any, num_edges: int) -> An
 
 
 def study_activations(model: Any, cache: StudyCache) -> dict[str, tuple[Any, Any]]:
-    """Per layer, what the study logs, each with the graph of every row (host int64):
+    """Per layer, what the study logs, each with the graph of every row (host int64).
+
     ``layer{l}.h.attention`` (the released ``malog_h['attention']``, ``(N, D)``),
     ``layer{l}.e.attention`` (``malog_e['attention']``, the per-edge score vectors ``(|A|,
     D)``), ``layer{l}.h.output`` ``(N, D)`` and, for GT's edge stream, ``layer{l}.e.output``
-    ``(E, D)``."""
+    ``(E, D)``.
+
+    Parameters
+    ----------
+    model : GraphTransformer
+        With a study ``arch``.
+    cache : StudyCache
+        Of a forward of ``model``.
+
+    Returns
+    -------
+    dict
+        ``{name: (rows, graph of every row)}``.
+    """
     node_graph = cache.node_graph
     edge_graph = node_graph[to_numpy(cache.graph.edge_index[1])]
     result = {}

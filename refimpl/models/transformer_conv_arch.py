@@ -35,19 +35,45 @@ __all__ = [
 
 
 class GraphTransformerCache(NamedTuple):
-    """What :meth:`GraphTransformer.backward` reads (None for a step switched off)."""
+    """What :meth:`GraphTransformer.backward` reads (None for a step switched off).
+
+    Attributes
+    ----------
+    attention_graph : AttentionGraph
+        The graph the layers attended over (self-loops, global nodes, edge types).
+    input : LinearCache
+        F1.
+    pe : LinearCache or None
+        F2.
+    edge : LinearCache or None
+        F4.
+    layers : tuple of GraphTransformerLayerCache
+        F5.
+    pool : object
+        F7: GlobalPool's cache (graph level).
+    head1 : LinearCache or None
+        F8 (graph level).
+    relu : SignCache or None
+        F8.
+    head : LinearCache
+        F8's second linear, or F7' (node level).
+    batch : Segments or None
+        The real nodes grouped by graph (graph level).
+    noise : dict
+        The masks used, as forward(noise=...) takes them.
+    """
 
     attention_graph: AttentionGraph
-    input: LinearCache  # F1
-    pe: LinearCache | None  # F2
-    edge: LinearCache | None  # F4
-    layers: tuple[GraphTransformerLayerCache, ...]  # F5
-    pool: Any  # F7: GlobalPool's cache (graph level)
-    head1: LinearCache | None  # F8 (graph level)
-    relu: SignCache | None  # F8
-    head: LinearCache  # F8's second linear, or F7' (node level)
-    batch: Segments | None  # the real nodes grouped by graph (graph level)
-    noise: dict[str, Any]  # the masks used, as forward(noise=...) takes them
+    input: LinearCache
+    pe: LinearCache | None
+    edge: LinearCache | None
+    layers: tuple[GraphTransformerLayerCache, ...]
+    pool: Any
+    head1: LinearCache | None
+    relu: SignCache | None
+    head: LinearCache
+    batch: Segments | None
+    noise: dict[str, Any]
 
 
 def _edge_features(model: Any) -> bool:
@@ -60,7 +86,18 @@ def _num_types(model: Any) -> int:
 
 
 def conv_blocks(model: Any) -> dict[str, Any]:
-    """The parameterised blocks by parameter prefix, in parameter order."""
+    """The parameterised blocks by parameter prefix, in parameter order.
+
+    Parameters
+    ----------
+    model : GraphTransformer
+        With ``arch="transformer-conv"``.
+
+    Returns
+    -------
+    dict
+        ``{prefix: block}``: ``input``, ``pe``, ``edge``, ``global``, ``layer{l}``, the head.
+    """
     d = model.hidden_channels
     layer = GraphTransformerLayer(  # raises on heads, dropouts, lipschitz_norm
         d,
@@ -102,7 +139,24 @@ def conv_forward(
     rng: np.random.Generator | None,
     noise: dict[str, Any],
 ) -> tuple[Any, GraphTransformerCache]:
-    """F1-F8 on checked inputs (``batch_host`` a host int64 array, ``num_graphs`` an int)."""
+    """F1-F8 on checked inputs.
+
+    Parameters
+    ----------
+    model : GraphTransformer
+        With ``arch="transformer-conv"``.
+    params, x, graph, edge_attr, pe, training, rng, noise
+        As :meth:`GraphTransformer.forward` takes them, checked (``noise`` a dict).
+    batch_host : (N,) int64 host array
+        The graph of every node.
+    num_graphs : int
+        ``G``.
+
+    Returns
+    -------
+    out : (G, out_channels) or (N, out_channels) array
+    cache : GraphTransformerCache
+    """
     n = x.shape[0]
     xp = get_array_module(x)
     structure = attention_graph(graph, batch_host, num_graphs, model.global_node)
@@ -185,7 +239,20 @@ def conv_forward(
 def conv_backward(
     model: Any, params: dict[str, Any], cache: GraphTransformerCache, d_out: Any, input_grad: bool
 ) -> tuple[Any, dict[str, Any]]:
-    """B8-B1: ``(d_inputs, d_params)`` as :meth:`GraphTransformer.backward` returns them."""
+    """B8-B1: ``(d_inputs, d_params)`` as :meth:`GraphTransformer.backward` returns them.
+
+    Parameters
+    ----------
+    model : GraphTransformer
+        With ``arch="transformer-conv"``.
+    params, cache, d_out, input_grad
+        As :meth:`GraphTransformer.backward` takes them, ``d_out`` checked.
+
+    Returns
+    -------
+    tuple
+        ``(d_inputs, d_params)``.
+    """
     x = cache.input.x
     xp = get_array_module(x)
     blocks, d_params = model.blocks, {}
@@ -244,7 +311,20 @@ def conv_backward(
 
 
 def conv_activations(model: Any, cache: GraphTransformerCache) -> dict[str, tuple[Any, Any]]:
-    """What :meth:`GraphTransformer.activations` returns for this architecture."""
+    """What :meth:`GraphTransformer.activations` returns for this architecture.
+
+    Parameters
+    ----------
+    model : GraphTransformer
+        With ``arch="transformer-conv"``.
+    cache : GraphTransformerCache
+        Of a forward of ``model``.
+
+    Returns
+    -------
+    dict
+        ``{name: (rows, graph of every row)}``.
+    """
     structure = cache.attention_graph
     edge_graph = structure.row_graph[to_numpy(structure.graph.edge_index[1])]
     result = {}

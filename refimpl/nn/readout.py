@@ -28,18 +28,31 @@ __all__ = ["MLPReadout", "MLPReadoutCache"]
 
 
 class MLPReadoutCache(NamedTuple):
-    """What :meth:`MLPReadout.backward` reads."""
+    """What :meth:`MLPReadout.backward` reads.
 
-    linears: tuple[LinearCache, ...]  # F1 per hidden layer, then F2
-    relus: tuple[SignCache, ...]  # F1 per hidden layer
+    Attributes
+    ----------
+    linears : tuple of LinearCache
+        F1 per hidden layer, then F2.
+    relus : tuple of SignCache
+        F1 per hidden layer.
+    """
+
+    linears: tuple[LinearCache, ...]
+    relus: tuple[SignCache, ...]
 
 
 @dataclass(frozen=True)
 class MLPReadout:
-    """``L`` ReLU layers halving the width, then a linear map to the outputs.
+    r"""``L`` ReLU layers halving the width, then a linear map to the outputs.
 
-    ``y = W_L relu(... relu(W_0 x + b_0) ...) + b_L``, widths ``D, D/2, ..., D/2^L, out``
-    (Dwivedi & Bresson 2021, the released ``MLPReadout``).
+    Widths $D, D/2, \dots, D/2^L$, then ``out`` (Dwivedi & Bresson 2021, the released
+    ``MLPReadout``):
+
+    $$
+    y_0 = x, \quad y_{l+1} = \operatorname{ReLU}(y_l W_l^\top + b_l) \ (l < L), \quad
+    \mathrm{out} = y_L W_L^\top + b_L
+    $$
 
     Parameters
     ----------

@@ -224,6 +224,9 @@ def test_activations_name_the_streams_the_study_logs(arch: str, expected: set) -
         ({"arch": "gt", "lipschitz_norm": "paper"}, r"lipschitz_norm='paper' applies"),
         ({"arch": "gt", "full_graph": False}, r"full_graph=False applies to arch graphit or san"),
         ({"arch": "gt", "gamma": 0.5}, r"gamma=0.5 applies to arch san"),
+        # GraphiT-GT's and SAN's FFN is always 2 D: ffn_channels was ignored there silently
+        ({"arch": "graphit", "ffn_channels": 7}, r"ffn_channels=7 applies to arch transf"),
+        ({"arch": "san", "ffn_channels": 7}, r"ffn_channels=7 applies to arch transf"),
         ({"norm": "batch"}, r"norm='batch' applies to arch gt or graphit or san"),
         ({"arch": "gt", "norm": "group"}, r"norm must be one of"),
         ({"arch": "graphit", "kernel": "heat"}, r"kernel must be one of"),

@@ -28,14 +28,30 @@ __all__ = ["AttentionStreamCache", "AttentionStreamLayer"]
 
 
 class AttentionStreamCache(NamedTuple):
-    """What :meth:`AttentionStreamLayer.backward` reads, and what the diagnostics log."""
+    """What :meth:`AttentionStreamLayer.backward` reads, and what the diagnostics log.
 
-    attention: Any  # F1, the attention's cache; .scores is the study's malog_e['attention']
-    attention_out: Any  # (N, D) the study's malog_h['attention']
-    stream: StreamCache  # F2
-    out: Any  # (N, D)
-    state: dict[str, Any]  # the running statistics after this call, keys stream.*
-    noise: dict[str, Any]  # the keep-masks used
+    Attributes
+    ----------
+    attention : object
+        F1, the attention's cache; its ``scores`` are the study's ``malog_e['attention']``.
+    attention_out : (N, D) array
+        The attention's output, the study's ``malog_h['attention']``.
+    stream : StreamCache
+        F2.
+    out : (N, D) array
+        The layer's output.
+    state : dict
+        The running statistics after this call, keys ``stream.*``.
+    noise : dict
+        The keep-masks used, as ``forward(noise=...)`` takes them.
+    """
+
+    attention: Any
+    attention_out: Any
+    stream: StreamCache
+    out: Any
+    state: dict[str, Any]
+    noise: dict[str, Any]
 
     @property
     def scores(self) -> Any:

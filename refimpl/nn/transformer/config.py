@@ -20,8 +20,15 @@ LIPSCHITZ_NORMS = (None, "paper")
 
 
 def check_config(conv: Any) -> None:
-    """Raise on a configuration ``conv`` (a ``TransformerConv``) cannot have; a JSON list
-    ``in_channels`` becomes the pair, flags become Python bools."""
+    """Raise on a configuration a ``TransformerConv`` cannot have, in one line.
+
+    A JSON list ``in_channels`` becomes the pair, flags become Python bools.
+
+    Parameters
+    ----------
+    conv : TransformerConv
+        The layer being constructed (normalised in place).
+    """
     for name in ("concat", "beta", "bias", "root_weight"):  # "False" would read as true
         object.__setattr__(conv, name, check_bool(getattr(conv, name), f"TransformerConv {name}"))
     if isinstance(conv.in_channels, list):  # a JSON config's pair
@@ -54,7 +61,21 @@ def check_config(conv: Any) -> None:
 
 
 def check_inputs(conv: Any, params: dict[str, Any], x: Any, graph: Graph, edge_attr: Any) -> None:
-    """Parameters, ``x`` (or the pair ``(x_src, x_dst)``), the graph and ``edge_attr``."""
+    """Check the parameters, ``x`` (or the pair ``(x_src, x_dst)``), the graph and ``edge_attr``.
+
+    Parameters
+    ----------
+    conv : TransformerConv
+        The layer.
+    params : dict
+        Its parameters, as :meth:`TransformerConv.param_shapes` lists them.
+    x : array or tuple of two arrays
+        ``(N, in_channels)``, or ``(x_src, x_dst)`` on a bipartite graph.
+    graph : Graph
+        The graph.
+    edge_attr : (E, edge_dim) array or None
+        Required exactly when ``edge_dim`` is set.
+    """
     f_src, f_dst = conv.in_sizes
     shapes, owner = conv.param_shapes(), "TransformerConv"
     if isinstance(x, tuple):  # bipartite: (x_src, x_dst), one row per node of each set

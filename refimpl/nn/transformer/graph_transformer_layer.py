@@ -30,6 +30,11 @@ channels, clamps the sum to ``[-5, 5]`` before ``exp``, adds no edge term to the
 and carries the products on as an edge stream with its own output projection, FFN and norms
 (:class:`~refimpl.nn.transformer.gt_layer.GTLayer`). ``lipschitz_norm="paper"`` replaces
 ``1 / sqrt(d_k)`` in F1 by LipschitzNorm Eq. 19 per head and per target neighbourhood.
+Because the masked softmax of Eq. 6-8 is a softmax over each target's incoming edges,
+duplicate edges each get their own coefficient (the dense mask would count them once) and a
+node with no incoming edge aggregates to zero (Eq. 7 never has an empty row). PyG's root
+weight ``W_skip`` (with its ``beta`` gate) is UniMP's own skip, not part of Eq. 3-13: F1 runs
+without it (``root_weight=False``), and Eq. 11's residual takes its place.
 
 Eq. 3-5 have no biases: ``qkv_bias=False`` by default (Dwivedi & Bresson's GT
 likewise), while ``W^O`` and the FFN carry biases (Eq. 9 has none printed, the
@@ -70,25 +75,103 @@ __all__ = ["GraphTransformerLayer", "GraphTransformerLayerCache"]
 
 
 class GraphTransformerLayerCache(NamedTuple):
-    """What :meth:`GraphTransformerLayer.backward` reads (None for a step switched off)."""
+    """What :meth:`GraphTransformerLayer.backward` reads (None for a step switched off).
 
-    attention: TransformerConvCache  # F1
-    output: LinearCache  # F2
-    dropout1: DropoutCache  # F3
-    norm1: LayerNormCache | None  # F4
-    ffn1: LinearCache  # F5
-    relu: SignCache  # F5
-    ffn2: LinearCache  # F6
-    dropout2: DropoutCache  # F7
-    norm2: LayerNormCache | None  # F8
-    out: Any  # (N, D) the layer's output, kept for the massive-activation diagnostics
-    noise: dict[str, Any]  # the keep-masks used, as forward(noise=...) takes them
+    Attributes
+    ----------
+    attention : TransformerConvCache
+        F1, the attention.
+    output : LinearCache
+        F2, the output projection ``W^O``.
+    dropout1 : DropoutCache
+        F3.
+    norm1 : LayerNormCache or None
+        F4 (None without ``layer_norm``).
+    ffn1 : LinearCache
+        F5, the FFN's first linear.
+    relu : SignCache
+        F5, its ReLU.
+    ffn2 : LinearCache
+        F6, the FFN's second linear.
+    dropout2 : DropoutCache
+        F7.
+    norm2 : LayerNormCache or None
+        F8 (None without ``layer_norm``).
+    out : (N, D) array
+        The layer's output, kept for the massive-activation diagnostics.
+    noise : dict
+        The keep-masks used, as ``forward(noise=...)`` takes them.
+    """
+
+    attention: TransformerConvCache
+    output: LinearCache
+    dropout1: DropoutCache
+    norm1: LayerNormCache | None
+    ffn1: LinearCache
+    relu: SignCache
+    ffn2: LinearCache
+    dropout2: DropoutCache
+    norm2: LayerNormCache | None
+    out: Any
+    noise: dict[str, Any]
 
 
 @dataclass(frozen=True)
 class GraphTransformerLayer:
-    """Masked multi-head attention, output projection, FFN, residuals and LayerNorms (Eq. 3-13);
-    see the module docstring."""
+    r"""The massive-activations supplement's graph-transformer layer (Sec. 2, Eq. 3-13).
+
+    Masked multi-head attention, output projection, FFN, residuals and LayerNorms (F1-F8 of
+    the module docstring). Per head $i$ with $d_k = D / H$ channels, over the edges
+    $u \to v$ given (the mask $M$ of Eq. 7) and edge features $e_{uv}$ (Eq. 12-13):
+
+    $$
+    A_i = \operatorname{softmax}\left(\frac{Q_i K_i^\top + f(e)}{\sqrt{d_k}} + M\right),
+    \quad Q_i = H W_i^Q, \ K_i = H W_i^K, \ V_i = H W_i^V \qquad \text{(Eq. 3-7, 12)}
+    $$
+
+    $$
+    H' = \operatorname{Concat}(A_1 V_1, \dots, A_H V_H) W^O \qquad \text{(Eq. 8-9, 13)}
+    $$
+
+    $$
+    Z = \operatorname{LayerNorm}(H + H'), \quad
+    H_{out} = \operatorname{LayerNorm}(Z + \max(0, Z W_1 + b_1) W_2 + b_2)
+    \qquad \text{(Eq. 10-11)}
+    $$
+
+    with $f(e_{uv}) = q_v^\top W^E e_{uv}$ and $V$'s edge term $W^E e_{uv}$ (as PyG's
+    ``TransformerConv``, which computes the attention: :class:`~refimpl.nn.TransformerConv`).
+
+    Parameters
+    ----------
+    channels : int
+        ``D``, the layer's width (in and out); divisible by ``heads``.
+    heads : int, default 4
+        ``H``, attention heads of ``d_k = D / H`` channels.
+    ffn_channels : int or None, default None
+        ``d_ff``, the FFN's hidden width; None: ``2 D`` (Dwivedi & Bresson's GT).
+    edge_dim : int or None, default None
+        Columns of ``e_uv``; None: no edge features (Eq. 6 alone).
+    dropout : float in [0, 1), default 0.0
+        Dropout after the output projection (F3) and the FFN (F7), in training.
+    attn_dropout : float in [0, 1), default 0.0
+        Dropout on the attention coefficients (PyG's ``TransformerConv.dropout``).
+    layer_norm : bool, default True
+        Eq. 11's LayerNorms; False: the residuals alone.
+    qkv_bias : bool, default False
+        Biases on ``W^Q``, ``W^K``, ``W^V`` (Eq. 3-5 print none; PyG's ``bias``).
+    lipschitz_norm : {None, "paper"}, default None
+        None: ``1 / sqrt(d_k)`` (Eq. 6); "paper": LipschitzNorm (Dasoulas et al. 2021)
+        Eq. (19) per head and target neighbourhood.
+
+    Shapes
+    ------
+    - **forward** ``h (N, D)``, ``edge_attr (E, edge_dim)``, masks ``noise["attn_dropout"]
+      (E, H)``, ``noise["dropout1"]``, ``noise["dropout2"] (N, D)`` -> ``(N, D)``.
+    - **backward** ``d_out (N, D)`` -> ``d_h (N, D)`` (with ``edge_dim``, the pair
+      ``(d_h, d_edge_attr (E, edge_dim))``), ``d_params`` shaped as ``params``.
+    - N nodes, E edges, H heads, D = ``channels``.
+    """
 
     channels: int  # D = d'
     heads: int = 4  # H; d_k = D / H

@@ -79,11 +79,21 @@ __all__ = ["GraphiTAttention", "GraphiTAttentionCache"]
 
 class GraphiTAttentionCache(NamedTuple):
     """What :meth:`GraphiTAttention.backward` reads: the inputs and the shared core's cache
-    (``core``: every step of :class:`~refimpl.nn.transformer.pair_attention.PairAttention`)."""
+    (``core``: every step of :class:`~refimpl.nn.transformer.pair_attention.PairAttention`).
 
-    h: Any  # (N, D)
-    e: Any  # (P, D)
-    core: PairAttentionCache  # F1-F6
+    Attributes
+    ----------
+    h : (N, D) array
+        The node input.
+    e : (P, D) array
+        The pair features.
+    core : PairAttentionCache
+        F1-F6.
+    """
+
+    h: Any
+    e: Any
+    core: PairAttentionCache
 
     @property
     def scores(self) -> Any:
@@ -93,7 +103,20 @@ class GraphiTAttentionCache(NamedTuple):
 
 @dataclass(frozen=True)
 class GraphiTAttention:
-    """GraphiT-GT's attention as released (module docstring: F1-F6, explicit bias F2'-F5').
+    r"""GraphiT-GT's attention as released (module docstring: F1-F6, explicit bias F2'-F5').
+
+    Per head ($d = D / H$ channels) and pair $u \to v$ (GraphiT-GT as the massive-activation
+    study released it; Mialon et al. 2021's kernel as the multiplier):
+
+    $$
+    t_{uv} = \frac{K h_u \odot Q h_v}{\sqrt{d}} \odot E e_{uv}, \quad
+    w_{uv} = c_{uv} \exp\left(\operatorname{clamp}\left(\textstyle\sum_c t_{uv,c}, -5, 5
+    \right)\right), \quad
+    \hat h_v = \frac{\sum_u w_{uv} V h_u}{\sum_u w_{uv} + 10^{-6}}
+    $$
+
+    with $c_{uv} = \kappa_{uv}$, the pair's kernel value, with ``full_graph`` and
+    ``adaptive_edge_PE`` (else 1), and $Q_2, K_2, E_2$ in place of $Q, K, E$ on non-edges.
 
     Parameters
     ----------

@@ -36,26 +36,40 @@ GraphiTLayerCache = AttentionStreamCache  # .attention is a GraphiTAttentionCach
 
 @dataclass(frozen=True)
 class GraphiTLayer(AttentionStreamLayer):
-    """GraphiT-GT's attention and the released node stream around it: ``out =
+    r"""GraphiT-GT's attention and the released node stream around it: ``out =
     TransformerStream(GraphiTAttention(h, pairs, e, kernel, real), h)``
     (``GraphiT_GT_Layer.forward``; module docstring).
+
+    With $a$ = :class:`~refimpl.nn.GraphiTAttention` $(h, e)$ and the released node stream
+    (:class:`~refimpl.nn.TransformerStream`, $x = h$):
+
+    $$
+    z = \operatorname{Norm}_1\left(x + \operatorname{Drop}(a) W_O^\top + b_O\right), \quad
+    y = \operatorname{Norm}_2\left(z + \operatorname{Drop}\left(\operatorname{ReLU}(z W_1^\top
+    + b_1)\right) W_2^\top + b_2\right)
+    $$
 
     Parameters
     ----------
     channels : int
         ``D`` (the released ``out_dim``), in and out.
-    heads : int
-        Default 8, as the study's configs.
-    full_graph, adaptive_edge_PE, bias, explicit_bias : bool
-        As :class:`~refimpl.nn.transformer.graphit_attention.GraphiTAttention` (defaults
-        False, True, False, False: the study's GraphiT configs).
-    dropout : float
-        The stream's two dropouts (the released ``dropout``), in ``[0, 1)``; default 0.0.
-    norm : str
-        ``"batch"`` (default, the released ``batch_norm=True``), ``"layer"``, ``"none"`` or
-        ``"layer+batch"``.
-    residual : bool
-        Default True, as released.
+    heads : int, default 8
+        ``H``, dividing ``D`` (the study's configs).
+    full_graph : bool, default False
+        Attend over all pairs (``Q_2, K_2, E_2`` on non-edges); False: the input edges, as
+        every GraphiT config of the study (:class:`~refimpl.nn.GraphiTAttention`).
+    adaptive_edge_PE : bool, default True
+        Multiply the weights by the pair's kernel value; read only with ``full_graph``.
+    bias : bool, default False
+        Biases on the attention's linear maps (the released ``use_bias``).
+    explicit_bias : bool, default False
+        The released explicit-bias branch (refused with ``full_graph``, where it fails).
+    dropout : float in [0, 1), default 0.0
+        The stream's two dropouts (the released ``dropout``).
+    norm : {"batch", "layer", "none", "layer+batch"}, default "batch"
+        The stream's norms (``"batch"``: the released ``batch_norm=True``).
+    residual : bool, default True
+        The stream's two residual connections, as released.
 
     Shapes
     ------

@@ -80,11 +80,21 @@ __all__ = ["CLAMP", "DENOMINATOR_EPS", "GTAttention", "GTAttentionCache"]
 
 
 class GTAttentionCache(NamedTuple):
-    """What :meth:`GTAttention.backward` reads; the core's steps under GT's names."""
+    """What :meth:`GTAttention.backward` reads; the core's steps under GT's names.
 
-    h: Any  # (N, in) the node input
-    e: Any  # (E, edge_dim) the edge input, or None
-    core: PairAttentionCache  # F1-F6
+    Attributes
+    ----------
+    h : (N, in) array
+        The node input.
+    e : (E, edge_dim) array or None
+        The edge input, or None.
+    core : PairAttentionCache
+        F1-F6.
+    """
+
+    h: Any
+    e: Any
+    core: PairAttentionCache
 
     @property
     def e_out(self) -> Any:
@@ -119,10 +129,24 @@ class GTAttentionCache(NamedTuple):
 
 @dataclass(frozen=True)
 class GTAttention:
-    """Dwivedi & Bresson's edge-aware graph attention as released (``MultiHeadAttentionLayer``
+    r"""Dwivedi & Bresson's edge-aware graph attention as released (``MultiHeadAttentionLayer``
     of ``graph_transformer_edge_layer.py``): channel-wise scores scaled by the projected edge
-    features, ``exp(clamp(., -5, 5))`` weights, ``1e-6`` in the denominator; see the module
-    docstring for the equations (GT Eq. 10-12 with the released code's changes).
+    features, ``exp(clamp(., -5, 5))`` weights, ``1e-6`` in the denominator (the module
+    docstring has the steps and the explicit-bias variant).
+
+    Per head ($d_k = D / H$ channels) and edge $u \to v$, Dwivedi & Bresson (2021) Eq. (10)-(12)
+    as released (the channel-wise product by the edge term, the clamp and the $10^{-6}$ are the
+    released code's):
+
+    $$
+    s_{uv} = \frac{K h_u \odot Q h_v}{\sqrt{d_k}} \odot E e_{uv}, \quad
+    w_{uv} = \exp\left(\operatorname{clamp}\left(\textstyle\sum_c s_{uv,c}, -5, 5\right)\right)
+    $$
+
+    $$
+    \hat h_v = \frac{\sum_{u} w_{uv} V h_u}{\sum_{u} w_{uv} + 10^{-6}}, \quad
+    \hat e_{uv} = s_{uv}
+    $$
 
     Parameters
     ----------

@@ -44,22 +44,54 @@ __all__ = ["GTLayer", "GTLayerCache"]
 
 
 class GTLayerCache(NamedTuple):
-    """What :meth:`GTLayer.backward` reads, and what the massive-activation study logs."""
+    """What :meth:`GTLayer.backward` reads, and what the massive-activation study logs.
 
-    attention: GTAttentionCache  # F1
-    node: StreamCache  # F2
-    edge: StreamCache | None  # F3, None without edge features
-    attention_h: Any  # (N, D) the released malog_h['attention']
-    attention_e: Any  # (E, D) the released malog_e['attention'], None without edge features
-    state: dict[str, Any]  # the running statistics after this call (a new dict)
-    noise: dict[str, Any]  # the keep-masks used, as forward(noise=...) takes them
+    Attributes
+    ----------
+    attention : GTAttentionCache
+        F1.
+    node : StreamCache
+        F2.
+    edge : StreamCache or None
+        F3, None without edge features.
+    attention_h : (N, D) array
+        The attention's node output, the released ``malog_h['attention']``.
+    attention_e : (E, D) array or None
+        The attention's edge output, the released ``malog_e['attention']``; None without
+        edge features.
+    state : dict
+        The running statistics after this call (a new dict).
+    noise : dict
+        The keep-masks used, as forward(noise=...) takes them.
+    """
+
+    attention: GTAttentionCache
+    node: StreamCache
+    edge: StreamCache | None
+    attention_h: Any
+    attention_e: Any
+    state: dict[str, Any]
+    noise: dict[str, Any]
 
 
 @dataclass(frozen=True)
 class GTLayer:
-    """Dwivedi & Bresson's GT layer with edge features as released: :class:`GTAttention`, then
-    a :class:`TransformerStream` on the nodes and one on the edges (GT Eq. 9-14; see the
-    module docstring).
+    r"""Dwivedi & Bresson's GT layer with edge features as released: :class:`GTAttention`, then
+    a :class:`TransformerStream` on the nodes and one on the edges (GT Eq. 9-14; the module
+    docstring has the steps).
+
+    With $(\hat h, \hat e)$ = :class:`GTAttention` $(h, e)$, each stream
+    (:class:`TransformerStream`: the output projection, residuals, norms and FFN of Dwivedi &
+    Bresson (2021) Eq. (9)-(14), in the released order) maps an attention output $a$ and its
+    input $x$ to
+
+    $$
+    z = \operatorname{Norm}_1\left(x + \operatorname{Drop}(a) W_O^\top + b_O\right), \quad
+    y = \operatorname{Norm}_2\left(z + \operatorname{Drop}\left(\operatorname{ReLU}(z W_1^\top
+    + b_1)\right) W_2^\top + b_2\right)
+    $$
+
+    with $(a, x) = (\hat h, h)$ for the node output and $(\hat e, e)$ for the edge output.
 
     Parameters
     ----------

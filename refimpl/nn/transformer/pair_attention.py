@@ -87,41 +87,101 @@ DENOMINATOR_EPS = 1e-6  # wV / (z + 1e-6) in the released ``forward``: "adding e
 
 
 class PairAttentionCache(NamedTuple):
-    """What :meth:`PairAttention.backward` reads (None where the configuration has no step)."""
+    """What :meth:`PairAttention.backward` reads (None where the configuration has no step).
 
-    src: Segments  # the pairs by source u
-    dst: Segments  # the pairs by target v
-    real: Any  # (P,) bool, or None: every pair real (no Q_2, K_2, E_2)
-    values: Any  # (N, H, d) V
-    q_pairs: Any  # (P, H, d) F1 q_p; None without scores (GT's edge_feat=False)
-    k_pairs: Any  # (P, H, d) F1 k_p
-    e_pairs: Any  # (P, H, d) F1 f_p
-    a: Any  # (P, H, d) F2
-    score_bias: Any  # (P, H) F2' b_p, None without explicit_bias
-    scores: Any  # (P, H, d) F3 t_p, the edge output; None without scores
-    raw: Any  # (P, H) F3 s_p before the clamp; None without scores
-    inside: Any  # (P, H) bool, -5 < s_p < 5 (F4); None without scores
-    exps: Any  # (P, H) F4 exp(clamp(s_p, -5, 5))
-    multiplier: Any  # (P, H) or (P, 1) F4 c_p, None: 1
-    weights: Any  # (P, H) F4 w_p
-    z: Any  # (N, H) F5
-    out: Any  # (N, H, d) F6
+    Attributes
+    ----------
+    src : Segments
+        The pairs by source u.
+    dst : Segments
+        The pairs by target v.
+    real : (P,) bool array or None
+        Which pairs are input edges; None: every pair real (no ``Q_2, K_2, E_2``).
+    values : (N, H, d) array
+        V.
+    q_pairs : (P, H, d) array or None
+        F1 q_p; None without scores (GT's edge_feat=False).
+    k_pairs : (P, H, d) array
+        F1 k_p.
+    e_pairs : (P, H, d) array
+        F1 f_p.
+    a : (P, H, d) array
+        F2.
+    score_bias : (P, H) array or None
+        F2' b_p, None without explicit_bias.
+    scores : (P, H, d) array or None
+        F3 t_p, the edge output; None without scores.
+    raw : (P, H) array or None
+        F3 s_p before the clamp; None without scores.
+    inside : (P, H) bool array or None
+        -5 < s_p < 5 (F4); None without scores.
+    exps : (P, H) array
+        F4 exp(clamp(s_p, -5, 5)).
+    multiplier : (P, H) or (P, 1) array, or None
+        F4 ``c_p``; None: 1.
+    weights : (P, H) array
+        F4 w_p.
+    z : (N, H) array
+        F5.
+    out : (N, H, d) array
+        F6.
+    """
+
+    src: Segments
+    dst: Segments
+    real: Any
+    values: Any
+    q_pairs: Any
+    k_pairs: Any
+    e_pairs: Any
+    a: Any
+    score_bias: Any
+    scores: Any
+    raw: Any
+    inside: Any
+    exps: Any
+    multiplier: Any
+    weights: Any
+    z: Any
+    out: Any
 
 
 class PairAttentionGrads(NamedTuple):
-    """What :meth:`PairAttention.backward` returns, by the forward's names."""
+    """What :meth:`PairAttention.backward` returns, by the forward's names.
 
-    nodes: dict[str, Any]  # d of V, Q, K (and Q_2, K_2 with real), (N, H, d)
-    edges: dict[str, Any]  # d of E (and E_2 with real), (P, H, d)
-    biases: dict[str, Any]  # d of k_bias, e_bias, v_bias (H, d), with explicit_bias
-    multiplier: Any  # (P, H) d of c_p (B4), None without a multiplier
+    Attributes
+    ----------
+    nodes : dict
+        D of V, Q, K (and Q_2, K_2 with real), (N, H, d).
+    edges : dict
+        D of E (and E_2 with real), (P, H, d).
+    biases : dict
+        D of k_bias, e_bias, v_bias (H, d), with explicit_bias.
+    multiplier : (P, H) array or None
+        D of c_p (B4), None without a multiplier.
+    """
+
+    nodes: dict[str, Any]
+    edges: dict[str, Any]
+    biases: dict[str, Any]
+    multiplier: Any
 
 
 @dataclass(frozen=True)
 class PairAttention:
-    """The shared attention core: channel-wise scores ``k q / sqrt(d) * f``, weights
+    r"""The shared attention core: channel-wise scores ``k q / sqrt(d) * f``, weights
     ``exp(clamp(sum_c, -5, 5)) c``, ``out = sum w V / (sum w + 1e-6)`` (module docstring:
     F1-F6, the explicit bias F2'-F5', the backward B6-B1).
+
+    Per head ($d$ channels) and pair $u \to v$, with a per-pair multiplier $c_{uv}$ (1, a
+    kernel value or SAN's $\gamma$ weights: Dwivedi & Bresson 2021 Eq. (10)-(12) as released):
+
+    $$
+    t_{uv} = \frac{K h_u \odot Q h_v}{\sqrt{d}} \odot E e_{uv}, \quad
+    w_{uv} = c_{uv} \exp\left(\operatorname{clamp}\left(\textstyle\sum_c t_{uv,c}, -5, 5
+    \right)\right), \quad
+    \hat h_v = \frac{\sum_u w_{uv} V h_u}{\sum_u w_{uv} + 10^{-6}}
+    $$
 
     Parameters
     ----------
@@ -279,16 +339,30 @@ def _repeat_channels(values: Any, channels: int) -> Any:
 
 # -- what GraphiT's and SAN's blocks share around the core ------------------------------------
 def pair_maps(full_graph: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The projections of ``h`` and of ``e``, in parameter order: ``Q, K, [Q_2, K_2,] V`` and
-    ``E[, E_2]`` (the ``_2`` maps for the non-edges of a full graph)."""
+    """The projections of ``h``, ``Q, K, [Q_2, K_2,] V``, and of ``e``, ``E[, E_2]``, in order.
+
+    Parameters
+    ----------
+    full_graph : bool
+        Whether the ``_2`` maps for the non-edges of a full graph exist.
+    """
     if full_graph:
         return ("Q", "K", "Q_2", "K_2", "V"), ("E", "E_2")
     return ("Q", "K", "V"), ("E",)
 
 
 def pair_param_shapes(channels: int, full_graph: bool, bias: bool) -> dict[str, tuple[int, ...]]:
-    """``W_* (D, D)`` (and ``b_* (D,)`` with ``bias``) in the released modules' order:
-    ``Q, K, E, [Q_2, K_2, E_2,] V``."""
+    """``W_* (D, D)`` (and ``b_* (D,)``) in the released order ``Q, K, E, [Q_2, K_2, E_2,] V``.
+
+    Parameters
+    ----------
+    channels : int
+        ``D``.
+    full_graph : bool
+        With the ``_2`` maps.
+    bias : bool
+        With the biases.
+    """
     order = ("Q", "K", "E", "Q_2", "K_2", "E_2", "V") if full_graph else ("Q", "K", "E", "V")
     shapes: dict[str, tuple[int, ...]] = {}
     for name in order:
@@ -301,10 +375,30 @@ def pair_param_shapes(channels: int, full_graph: bool, bias: bool) -> dict[str, 
 def check_pair_inputs(
     owner: str, h: Any, graph: Any, e: Any, real: Any, channels: int, full_graph: bool
 ) -> Any:
-    """The pairs ``graph`` (a :class:`~refimpl.graph.Graph` on ``h``'s rows), the pair
-    features ``e (P, channels)`` in ``h``'s dtype and the ``real (P,)`` bool mask (None: all
-    real; non-edges only with ``full_graph``). Returns the mask the core reads: ``real`` with
-    ``full_graph`` (all True where None), None without."""
+    """Check the pairs graph, the pair features and the ``real`` mask, in one line each.
+
+    Parameters
+    ----------
+    owner : str
+        The layer's name, for the messages.
+    h : (N, D) array
+        The node features.
+    graph : Graph
+        The pairs graph, on ``h``'s rows.
+    e : (P, channels) array
+        The pair features, in ``h``'s dtype.
+    real : (P,) bool array or None
+        Which pairs are edges (None: all; non-edges only with ``full_graph``).
+    channels : int
+        ``D``, the width of ``e``.
+    full_graph : bool
+        Whether the layer attends over non-edges.
+
+    Returns
+    -------
+    (P,) bool array or None
+        The mask the core reads: ``real`` with ``full_graph`` (True where None), else None.
+    """
     if not isinstance(graph, Graph):
         raise TypeError(f"{owner} graph must be a refimpl.Graph, got {type(graph).__name__}")
     if graph.num_nodes != h.shape[0]:

@@ -23,8 +23,26 @@ __all__ = ["node_projections", "node_projections_backward"]
 def node_projections(
     conv: Any, params: dict[str, Any], x_src: Any, x_dst: Any
 ) -> tuple[Any, Any, Any]:
-    """F1: ``q (N_dst, H, C)``, ``k``, ``val (N_src, H, C)``; one product pass over ``x`` when
-    both sides read it (``x_dst is x_src``)."""
+    """F1: ``q (N_dst, H, C)``, ``k``, ``val (N_src, H, C)``.
+
+    One product pass over ``x`` when both sides read it (``x_dst is x_src``).
+
+    Parameters
+    ----------
+    conv : TransformerConv
+        The layer (its ``heads``, ``out_channels``, ``bias``).
+    params : dict
+        Its parameters (``W_q``, ``W_k``, ``W_v`` and their biases).
+    x_src : (N_src, F_src) array
+        What keys and values read.
+    x_dst : (N_dst, F_dst) array
+        What queries read; ``x_src`` itself on one node set.
+
+    Returns
+    -------
+    tuple
+        ``(q, k, val)``.
+    """
     heads, channels = conv.heads, conv.out_channels
     if x_dst is x_src:
         q, k, val = project(params, "qkv", x_src, conv.bias)
@@ -48,8 +66,32 @@ def node_projections_backward(
     d_params: dict[str, Any],
     input_grad: bool,
 ) -> Any:
-    """B1 and B10: fills ``d_params``; returns ``d_x`` (N, in), or ``(d_x_src, d_x_dst)`` for a
-    pair, or None without ``input_grad``. ``d_skip`` None without the root weight."""
+    """B1 and B10: the projections' adjoint; fills ``d_params``.
+
+    Parameters
+    ----------
+    conv : TransformerConv
+        The layer.
+    params : dict
+        Its parameters.
+    x_src, x_dst : array
+        As :func:`node_projections` read them.
+    d_q : (N_dst, H, C) array
+        The queries' gradient.
+    d_k, d_val : (N_src, H, C) array
+        The keys' and values' gradients.
+    d_skip : (N_dst, F) array or None
+        The root weight's output gradient; None without the root weight.
+    d_params : dict
+        Filled with the projections' (and the skip's) parameter gradients.
+    input_grad : bool
+        False: no input gradient (returns None).
+
+    Returns
+    -------
+    array, tuple or None
+        ``d_x (N, in)``, or ``(d_x_src, d_x_dst)`` for a pair, or None without ``input_grad``.
+    """
     skip_maps, skip_grads = (["skip"], [d_skip]) if d_skip is not None else ([], [])
     if x_dst is x_src:  # one x: every map in one adjoint, in the order q, k, v, skip
         names, d_ys = ["q", "k", "v", *skip_maps], [d_q, d_k, d_val, *skip_grads]

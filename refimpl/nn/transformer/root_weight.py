@@ -28,7 +28,26 @@ __all__ = ["root_weight", "root_weight_backward"]
 def root_weight(
     params: dict[str, Any], x: Any, messages: Any, bias: bool, beta: bool
 ) -> tuple[Any, Any, Any]:
-    """``(out (N, F), x_r (N, F), b (N, 1) or None)`` from ``messages (N, F)`` and ``x``."""
+    """F10-F11: the root weight, added to the messages or gated with them.
+
+    Parameters
+    ----------
+    params : dict
+        ``W_skip``, ``b_skip`` (with ``bias``), ``w_beta`` (with ``beta``).
+    x : (N, in) array
+        The targets' input features.
+    messages : (N, F) array
+        ``m``, the heads combined.
+    bias : bool
+        Whether ``b_skip`` exists.
+    beta : bool
+        Gate instead of add.
+
+    Returns
+    -------
+    tuple
+        ``(out (N, F), x_r (N, F), b (N, 1) or None)``.
+    """
     xp = get_array_module(x)
     gate = None
     # F10 root weight x_r = W_skip x_v + b_skip (N, F)
@@ -52,8 +71,26 @@ def root_weight_backward(
     d_out: Any,
     d_params: dict[str, Any],
 ) -> tuple[Any, Any]:
-    """``(d_messages (N, F), d_x_r (N, F))``; ``d_params["w_beta"]`` is set with the gate
-    (``gate`` not None). ``x_r``'s projection is left to the caller (B10)."""
+    """B11: the sum's or the gate's adjoint; ``x_r``'s projection is left to the caller (B10).
+
+    Parameters
+    ----------
+    params : dict
+        As :func:`root_weight` read them.
+    messages, skip : (N, F) array
+        ``m`` and ``x_r`` of the forward.
+    gate : (N, 1) array or None
+        ``b`` of the forward; None without ``beta``.
+    d_out : (N, F) array
+        The output's gradient.
+    d_params : dict
+        ``d_params["w_beta"]`` is set with the gate.
+
+    Returns
+    -------
+    tuple
+        ``(d_messages (N, F), d_x_r (N, F))``.
+    """
     if gate is None:
         # B11 (of F11) the sum
         return d_out, d_out

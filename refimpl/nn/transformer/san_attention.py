@@ -72,12 +72,24 @@ __all__ = ["SANAttention", "SANAttentionCache"]
 class SANAttentionCache(NamedTuple):
     """What :meth:`SANAttention.backward` reads: the inputs, the gamma used and the shared
     core's cache (``core``: every step of
-    :class:`~refimpl.nn.transformer.pair_attention.PairAttention`)."""
+    :class:`~refimpl.nn.transformer.pair_attention.PairAttention`).
 
-    h: Any  # (N, D)
-    e: Any  # (P, D)
-    core: PairAttentionCache  # F1-F6
-    gamma: float  # the gamma used (clamped when learned)
+    Attributes
+    ----------
+    h : (N, D) array
+        The node input.
+    e : (P, D) array
+        The pair features.
+    core : PairAttentionCache
+        F1-F6.
+    gamma : float
+        The gamma used (clamped when learned).
+    """
+
+    h: Any
+    e: Any
+    core: PairAttentionCache
+    gamma: float
 
     @property
     def scores(self) -> Any:
@@ -87,16 +99,21 @@ class SANAttentionCache(NamedTuple):
 
 @dataclass(frozen=True)
 class SANAttention:
-    """SAN's full attention with separate parameters for real edges and non-edges.
+    r"""SAN's full attention with separate parameters for real edges and non-edges.
 
-    The released ``MultiHeadAttentionLayer.propagate_attention`` (the paper prints no equation
-    for these details; F1-F6 in the module docstring), per head and pair ``p = (u -> v)``::
+    The released ``MultiHeadAttentionLayer.propagate_attention`` (Kreuzer et al. 2021 print no
+    equation for these details; F1-F6 in the module docstring), per head ($d = D / H$
+    channels) and pair $u \to v$:
 
-        w_p = exp(clamp(sum_c K_u Q_v E_p / sqrt(d), -5, 5)) c_p     (K_2, Q_2, E_2 off edges)
-        out_v = sum_{p into v} w_p V_u / (sum_{p into v} w_p + 1e-6)
+    $$
+    t_{uv} = \frac{K h_u \odot Q h_v}{\sqrt{d}} \odot E e_{uv}, \quad
+    w_{uv} = c_{uv} \exp\left(\operatorname{clamp}\left(\textstyle\sum_c t_{uv,c}, -5, 5
+    \right)\right), \quad
+    \hat h_v = \frac{\sum_u w_{uv} V h_u}{\sum_u w_{uv} + 10^{-6}}
+    $$
 
-    with ``c_p = 1 / (gamma + 1)`` on edges and ``gamma / (gamma + 1)`` off them (1 without
-    ``full_graph``).
+    with $c_{uv} = 1 / (\gamma + 1)$ on edges and $\gamma / (\gamma + 1)$ on other pairs (1
+    without ``full_graph``), and $Q_2, K_2, E_2$ in place of $Q, K, E$ off edges.
 
     Parameters
     ----------

@@ -34,24 +34,39 @@ SANLayerCache = AttentionStreamCache  # .attention is a SANAttentionCache
 
 @dataclass(frozen=True)
 class SANLayer(AttentionStreamLayer):
-    """SAN's attention and the released node stream around it: ``out = TransformerStream(
+    r"""SAN's attention and the released node stream around it: ``out = TransformerStream(
     SANAttention(h, pairs, e, real), h)`` (``SAN_GT_Layer.forward``; module docstring).
+
+    With $a$ = :class:`~refimpl.nn.SANAttention` $(h, e)$ and the released node stream
+    (:class:`~refimpl.nn.TransformerStream`, $x = h$):
+
+    $$
+    z = \operatorname{Norm}_1\left(x + \operatorname{Drop}(a) W_O^\top + b_O\right), \quad
+    y = \operatorname{Norm}_2\left(z + \operatorname{Drop}\left(\operatorname{ReLU}(z W_1^\top
+    + b_1)\right) W_2^\top + b_2\right)
+    $$
 
     Parameters
     ----------
     channels : int
         ``D`` (``hidden_dim``), in and out.
-    heads : int
-        Default 8, as the study's configs.
-    full_graph, gamma, learn_gamma, bias : bool, float, bool, bool
-        As :class:`~refimpl.nn.transformer.san_attention.SANAttention` (defaults True, 0.1,
-        False, False).
-    dropout : float
-        The stream's two dropouts, default 0.0 (the ZINC configs).
-    norm : str
-        ``"batch"`` (default, the configs), ``"layer"``, ``"none"`` or ``"layer+batch"``.
-    residual : bool
-        Default True.
+    heads : int, default 8
+        ``H``, dividing ``D`` (the study's configs).
+    full_graph : bool, default True
+        Attend over all pairs with SAN's $\gamma$ weights; False: the input edges, no
+        $\gamma$ (:class:`~refimpl.nn.SANAttention`).
+    gamma : float >= 0, default 0.1
+        The non-edge pairs' weight $\gamma / (\gamma + 1)$ (its start with ``learn_gamma``).
+    learn_gamma : bool, default False
+        Make $\gamma$ a parameter ``gamma (1,)``, clamped to ``[0, 1]`` (gnn-lspe's ``SANNet``).
+    bias : bool, default False
+        Biases on the attention's linear maps (the released ``use_bias``).
+    dropout : float in [0, 1), default 0.0
+        The stream's two dropouts (the ZINC configs).
+    norm : {"batch", "layer", "none", "layer+batch"}, default "batch"
+        The stream's norms (the configs: ``"batch"``).
+    residual : bool, default True
+        The stream's two residual connections.
 
     Shapes
     ------

@@ -61,23 +61,41 @@ _ROW_EPS = 1e-12  # F.normalize(EigVecs, p=2, dim=1, eps=1e-12)
 
 
 class LearnedLaplacianPECache(NamedTuple):
-    """What :meth:`LearnedLaplacianPE.backward` reads."""
+    """What :meth:`LearnedLaplacianPE.backward` reads.
 
-    valid: Any  # (N, m) bool
-    linear_A: Any  # F2's LinearCache
-    layers: tuple  # per encoder layer: a dict of its steps' caches
-    out: Any  # (N, d)
-    noise: dict[str, Any]  # the keep-masks used
+    Attributes
+    ----------
+    valid : (N, m) bool array
+        Which eigenpair slots are real (False: padding).
+    linear_A : object
+        F2's LinearCache.
+    layers : tuple
+        Per encoder layer: a dict of its steps' caches.
+    out : (N, d) array
+        The encoding.
+    noise : dict
+        The keep-masks used.
+    """
+
+    valid: Any
+    linear_A: Any
+    layers: tuple
+    out: Any
+    noise: dict[str, Any]
 
 
 @dataclass(frozen=True)
 class LearnedLaplacianPE:
-    """SAN's node LPE: a transformer encoder over each node's eigenpairs, sum-pooled.
+    r"""SAN's node LPE: a transformer encoder over each node's eigenpairs, sum-pooled.
 
-    ``SAN_NodeLPE.forward`` up to the concatenation (F1-F10 in the module docstring)::
+    ``SAN_NodeLPE.forward`` up to the concatenation (F1-F10 in the module docstring):
 
-        pe_v = sum_{j valid} Encoder(linear_A([phi_j(v), lambda_j]))_j
+    $$
+    \mathrm{pe}_v = \sum_{j \text{ valid}} \operatorname{Encoder}\left(
+    \operatorname{linear}_A\left([\phi_j(v), \lambda_j]\right)\right)_j
+    $$
 
+    (Kreuzer et al. 2021, the node LPE; $\phi_j$, $\lambda_j$ the Laplacian's eigenpairs.)
     ``Encoder``: ``layers`` post-norm ``torch.nn.TransformerEncoderLayer``s, self-attention
     masked to the node's valid tokens.
 
@@ -300,6 +318,21 @@ def eigenpairs_padded(
     changes the entries when ``n > m``), eigenvalues as ``|lambda|``; ``valid`` is False and
     the arrays 0 in columns ``n .. m - 1`` (the released NaN padding). Eigenvector signs are
     ``numpy.linalg.eigh``'s (arbitrary, as released). Host NumPy, float64.
+
+    Parameters
+    ----------
+    graph : Graph
+        On ``N`` nodes, block-diagonal for a batch.
+    m : int
+        Eigenpairs per node (``LPE`` token count).
+    node_ptr : (G + 1,) int array, optional
+        Graph ``j`` is nodes ``node_ptr[j]:node_ptr[j+1]``; None: one graph.
+
+    Returns
+    -------
+    eigvecs : (N, m) float64 array
+    eigvals : (N, m) float64 array
+    valid : (N, m) bool array
     """
     if not isinstance(graph, Graph):
         raise TypeError(f"graph must be a refimpl.Graph, got {type(graph).__name__}")

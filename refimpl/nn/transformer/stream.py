@@ -87,25 +87,62 @@ NOISE_KEYS = ("dropout1", "dropout2")
 
 
 class StreamCache(NamedTuple):
-    """What :meth:`TransformerStream.backward` reads, and what a model logs."""
+    """What :meth:`TransformerStream.backward` reads, and what a model logs.
 
-    dropout1: DropoutCache  # F1
-    output: LinearCache  # F2
-    norm1: tuple[tuple[str, Any], ...]  # F4: (prefix, cache) per norm block; None on no rows
-    ffn1: LinearCache  # F5
-    relu: SignCache  # F5
-    dropout2: DropoutCache  # F6
-    ffn2: LinearCache  # F7
-    norm2: tuple[tuple[str, Any], ...]  # F9, as norm1
-    out: Any  # (M, D) the stream's output
-    state: dict[str, Any]  # the running statistics after this call (a new dict)
-    noise: dict[str, Any]  # the keep-masks used, as forward(noise=...) takes them
+    Attributes
+    ----------
+    dropout1 : DropoutCache
+        F1.
+    output : LinearCache
+        F2.
+    norm1 : tuple of (str, object)
+        F4: ``(prefix, cache)`` per norm block; None on no rows.
+    ffn1 : LinearCache
+        F5.
+    relu : SignCache
+        F5.
+    dropout2 : DropoutCache
+        F6.
+    ffn2 : LinearCache
+        F7.
+    norm2 : tuple of (str, object)
+        F9, as ``norm1``.
+    out : (M, D) array
+        The stream's output.
+    state : dict
+        The running statistics after this call (a new dict).
+    noise : dict
+        The keep-masks used, as forward(noise=...) takes them.
+    """
+
+    dropout1: DropoutCache
+    output: LinearCache
+    norm1: tuple[tuple[str, Any], ...]
+    ffn1: LinearCache
+    relu: SignCache
+    dropout2: DropoutCache
+    ffn2: LinearCache
+    norm2: tuple[tuple[str, Any], ...]
+    out: Any
+    state: dict[str, Any]
+    noise: dict[str, Any]
 
 
 @dataclass(frozen=True)
 class TransformerStream:
-    """Dropout, output projection, residual, norm, FFN, residual, norm around an attention
-    output, in the order of the released GT layer; see the module docstring for the equations.
+    r"""Dropout, output projection, residual, norm, FFN, residual, norm around an attention
+    output, in the order of the released GT layer (the module docstring has the steps).
+
+    On an attention output $a$ and the stream's input $x$ (the output projection, residuals,
+    norms and FFN of Dwivedi & Bresson (2021) Eq. (9)-(14), in the released order, F1-F9):
+
+    $$
+    z = \operatorname{Norm}_1\left(x + \operatorname{Drop}(a) W_O^\top + b_O\right), \quad
+    y = \operatorname{Norm}_2\left(z + \operatorname{Drop}\left(\operatorname{ReLU}(z W_1^\top
+    + b_1)\right) W_2^\top + b_2\right)
+    $$
+
+    (without ``residual`` the $x +$ and $z +$ terms are dropped; ``norm="none"``: identities).
 
     Parameters
     ----------

@@ -1,78 +1,15 @@
 """``TransformerConv``: the graph transformer of Shi et al. 2021 (UniMP), as PyG's TransformerConv.
 
-For a target node ``v`` with incoming neighbourhood ``N(v) = {u : (u, v) in E}``
-and each head (queries, keys and values ``(H, C)`` per node; ``e_uv`` the
-features of the edge ``u -> v``, when ``edge_dim`` is set)::
-
-    q_v = W_q x_v + b_q,   k_u = W_k x_u + b_k,   val_u = W_v x_u + b_v
-    ef_uv = W_e e_uv,   k_uv = k_u + ef_uv,   val_uv = val_u + ef_uv   (no ef without edge_dim)
-    s_uv  = q_v . k_uv / sqrt(C)                 (LipschitzNorm: q_v . k_uv / D_v, see below)
-    alpha_uv = softmax over u in N(v) of s_uv    (attention dropout on alpha in training)
-    m_v   = sum_{u in N(v)} alpha_uv val_uv      heads concatenated (H*C) or averaged (C)
-    root weight: x_r = W_skip x_v + b_skip;  out = m + x_r, or with ``beta``:
-    b_v = sigmoid(w_beta . [m_v, x_r, m_v - x_r]),  out = b x_r + (1 - b) m
-
-Relation to the graph-transformer layer of the massive-activations supplement
-(Eq. 3-13; ``d_k = C``, heads ``i = h``), whose F1 this layer is
-(:mod:`refimpl.nn.transformer.graph_transformer_layer` says how each equation maps):
-PyG adds the biases ``b_q, b_k, b_v`` to Eq. 3-5 (``bias=False`` removes them); the masked
-softmax of Eq. 6-8 is the softmax over each target's incoming edges, so duplicate edges
-each get their own coefficient (the dense mask would count them once) and a node with no
-incoming edge aggregates to zero (Eq. 7 never has an empty row, and unmasks ``i = j``:
-pass ``graph.add_self_loops()`` for that mask, as PyG adds none); Eq. 12's edge term is
-PyG's bilinear ``q_v . W_e e_uv``, divided by ``sqrt(C)`` with the rest, and Eq. 13's
-``g`` is the same ``W_e``. Eq. 9 and 11 (``W^O``, residual, LayerNorm) are not part of
-this layer; PyG's root weight ``W_skip`` (with its ``beta`` gate) is UniMP's own skip.
-
-LipschitzNorm (``lipschitz_norm="paper"``): LipschitzNorm Eq. 19 per head and
-per target neighbourhood, ``s_uv = q_v . k_uv / D_v`` with
-``D_v = max{u a, u w, a w}`` (``u = ||q_v||``, ``a``, ``w`` the longest key and
-value into ``v``) in place of ``1 / sqrt(C)``, clipped to ``[-1, 1]``. Its
-definition and conventions (ties, ``D_v = 0``, no eps) are in
-:mod:`refimpl.nn.lipschitz.neighbourhood_norm` (section "Transformer form"), with
-:func:`~refimpl.nn.lipschitz.neighbourhood_norm.transformer_lipschitz_scores` and its backward.
-
-Parameters, with PyTorch Geometric's names (``F = H*C`` if ``concat`` else ``C``):
-
-============  ======================  ===============================================
-ours          shape                   PyG ``TransformerConv``
-============  ======================  ===============================================
-``W_q``       ``(H*C, in)``           ``lin_query.weight``
-``b_q``       ``(H*C,)``              ``lin_query.bias``
-``W_k``       ``(H*C, in)``           ``lin_key.weight``
-``b_k``       ``(H*C,)``              ``lin_key.bias``
-``W_v``       ``(H*C, in)``           ``lin_value.weight``
-``b_v``       ``(H*C,)``              ``lin_value.bias``
-``W_e``       ``(H*C, edge_dim)``     ``lin_edge.weight`` (no bias in PyG); with ``edge_dim``
-``W_skip``    ``(F, in)``             ``lin_skip.weight``; with ``root_weight``
-``b_skip``    ``(F,)``                ``lin_skip.bias``; with ``root_weight``
-``w_beta``    ``(1, 3F)``             ``lin_beta.weight`` (no bias); with ``beta``
-============  ======================  ===============================================
-
-Every bias is absent when ``bias=False``. Without LipschitzNorm ``b_k``'s
-gradient is zero (``q_v . b_k`` shifts all scores of a target equally, and the
-softmax ignores shifts), and with it too wherever no target's denominator ``D_v``
-reads its longest key; with one channel per head and LipschitzNorm the query's
-gradients vanish wherever ``D_v`` holds ``||q_v||`` (the score no longer depends on
-the query's length). Finite differences and autograd see rounding there.
-
-Differences from PyG: ``beta=True`` with ``root_weight=False`` is refused (PyG
-silently drops ``beta``); ``edge_attr`` without ``edge_dim`` is refused (PyG
-adds it untransformed to the values); the attention dropout mask can be passed
-in; ``attention_weights`` returns the coefficients before dropout, as PyG's
-``return_attention_weights`` does.
-
-Bipartite input, as PyG's: ``x = (x_src, x_dst)`` on a graph whose targets are a second node
-set, ``in_channels = (F_src, F_dst)`` (or one int for both): queries and the root weight read
-``x_dst``, keys and values ``x_src`` (:mod:`refimpl.nn.transformer.projections`), the output
-has a row per target; not combined with LipschitzNorm.
+Equations, arguments and shapes: the class docstring; how it maps onto the massive-activations
+supplement's Eq. 3-13: :mod:`refimpl.nn.transformer.graph_transformer_layer`; LipschitzNorm's
+transformer form (ties, ``D_v = 0``, no eps): :mod:`refimpl.nn.lipschitz.neighbourhood_norm`.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -81,7 +18,6 @@ from refimpl.fields import check_bool
 from refimpl.graph import Graph
 from refimpl.kernels.segment import gather, segment_softmax, segment_softmax_backward, segment_sum
 from refimpl.nn.lipschitz.neighbourhood_norm import (
-    TransformerLipschitzCache,
     transformer_lipschitz_scores,
     transformer_lipschitz_scores_backward,
 )
@@ -89,6 +25,7 @@ from refimpl.nn.overflow import backward_checked, check_overflow
 from refimpl.nn.transformer.config import check_config, check_inputs
 from refimpl.nn.transformer.projections import node_projections, node_projections_backward
 from refimpl.nn.transformer.root_weight import root_weight, root_weight_backward
+from refimpl.nn.transformer.transformer_conv_cache import TransformerConvCache
 from refimpl.ops.dropout import Dropout
 from refimpl.ops.propagate import propagate, propagate_backward
 from refimpl.validation import check_cotangent, check_rng
@@ -96,31 +33,99 @@ from refimpl.validation import check_cotangent, check_rng
 __all__ = ["TransformerConv", "TransformerConvCache"]
 
 
-class TransformerConvCache(NamedTuple):
-    """What ``TransformerConv.backward`` reads."""
-
-    x: Any  # (N, in); of a bipartite input (x_src, x_dst), x_src
-    graph: Graph
-    edge_attr: Any  # (E, edge_dim) or None
-    q: Any  # (N, H, C) queries
-    k: Any  # (N, H, C) node keys (without the edge term)
-    val: Any  # (N, H, C) node values (without the edge term)
-    edge_features: Any  # (E, H, C) ef = W_e e_uv, or None
-    alpha: Any  # (E, H) attention coefficients, before dropout
-    dropout_cache: Any  # attention-dropout cache (its mask, or None outside training)
-    alpha_dropped: Any  # (E, H) coefficients used in the aggregation
-    lipschitz: TransformerLipschitzCache | None  # with lipschitz_norm="paper"
-    messages: Any  # (N, F) heads combined, before the root weight
-    skip: Any  # (N, F) x_r = W_skip x + b_skip, or None
-    gate: Any  # (N, 1) b = sigmoid(...) with beta, else None
-    x_dst: Any = None  # (N_dst, F_dst) the targets' features of a bipartite input, or None
-
-
 @dataclass(frozen=True)
 class TransformerConv:
-    """Graph transformer convolution; see the module docstring for equations and names."""
+    r"""Graph transformer convolution (UniMP, Shi et al. 2021), as PyG's ``TransformerConv``.
 
-    in_channels: int
+    For a target $v$ with incoming neighbourhood $\mathcal{N}(v) = \{u : (u, v) \in E\}$, per
+    head ($C$ channels; $e_{uv}$ the features of the edge $u \to v$, with ``edge_dim``):
+
+    $$
+    q_v = W_q x_v + b_q, \quad k_{uv} = W_k x_u + b_k + W_e e_{uv}, \quad
+    \nu_{uv} = W_v x_u + b_v + W_e e_{uv}
+    $$
+
+    $$
+    \alpha_{uv} = \operatorname{softmax}_{u \in \mathcal{N}(v)}
+    \left( \frac{q_v^\top k_{uv}}{\sqrt{C}} \right), \qquad
+    m_v = \sum_{u \in \mathcal{N}(v)} \alpha_{uv} \nu_{uv}
+    $$
+
+    (the massive-activations supplement's Eq. 3-8 with the edge terms of Eq. 12-13, plus PyG's
+    biases), heads concatenated or averaged, then the root weight $r_v = W_{skip} x_v + b_{skip}$:
+
+    $$
+    x'_v = m_v + r_v, \quad \text{or with beta:} \quad
+    x'_v = \beta_v r_v + (1 - \beta_v) m_v, \quad
+    \beta_v = \sigma\left(w_\beta^\top [m_v, r_v, m_v - r_v]\right)
+    $$
+
+    LipschitzNorm (Dasoulas et al. 2021) Eq. (19) per head and target replaces $1 / \sqrt{C}$,
+    with $a_v$, $w_v$ the longest key $k_{uv}$ and value $\nu_{uv}$ into $v$:
+
+    $$
+    s_{uv} = \operatorname{clip}_{[-1, 1]} \frac{q_v^\top k_{uv}}{D_v}, \quad
+    D_v = \max\{\lVert q_v \rVert a_v, \lVert q_v \rVert w_v, a_v w_v\}
+    $$
+
+    Parameters
+    ----------
+    in_channels : int or tuple of (int, int)
+        Input features; a pair ``(F_src, F_dst)`` on a bipartite graph: keys and values read
+        ``x_src``, queries and the root weight ``x_dst``. PyG's ``in_channels`` (without ``-1``).
+    out_channels : int
+        ``C``, channels per head. PyG's ``out_channels``.
+    heads : int, default 1
+        ``H``, attention heads. PyG's ``heads``.
+    concat : bool, default True
+        Concatenate the heads (``F = H*C``); False: average them (``F = C``). PyG's ``concat``.
+    beta : bool, default False
+        Gate the root weight and the messages by $\beta_v$ (above); needs ``root_weight=True``
+        (refused otherwise; PyG silently drops it). PyG's ``beta``.
+    dropout : float in [0, 1), default 0.0
+        Dropout on $\alpha$ in training (or a mask given to :meth:`forward`). PyG's ``dropout``.
+    edge_dim : int or None, default None
+        Columns of ``edge_attr``, added through ``W_e`` to keys and values; None: no edge
+        features (``edge_attr`` refused; PyG would add it untransformed). PyG's ``edge_dim``.
+    bias : bool, default True
+        Biases of the query, key, value and skip linears. PyG's ``bias``.
+    root_weight : bool, default True
+        Add $r_v$ (PyG's ``lin_skip``); False: the output is $m_v$. PyG's ``root_weight``.
+    lipschitz_norm : {None, "paper"}, default None
+        None: scores scaled by $1 / \sqrt{C}$ (PyG); "paper": LipschitzNorm Eq. (19) (above),
+        one node set only (no bipartite input).
+
+    Shapes
+    ------
+    - **forward** ``x (N, in_channels)`` or ``(x_src (N_src, F_src), x_dst (N_dst, F_dst))``,
+      ``edge_attr (E, edge_dim)``, ``attn_dropout_mask (E, H)`` bool -> ``out (N_dst, F)``.
+    - **backward** ``d_out (N_dst, F)`` -> ``d_x`` shaped as ``x`` (with ``edge_dim``, the pair
+      ``(d_x, d_edge_attr (E, edge_dim))``), ``d_params`` shaped as ``params``.
+    - N nodes (``N_src``, ``N_dst`` of a pair), E edges, H heads, C per head, F = H*C or C.
+
+    Notes
+    -----
+    Parameters (:meth:`param_shapes`) and PyG's names; biases only with ``bias``, ``W_e`` with
+    ``edge_dim``, ``W_skip`` and ``b_skip`` with ``root_weight``, ``w_beta`` with ``beta``:
+
+    | ours | shape | PyG ``TransformerConv`` |
+    | --- | --- | --- |
+    | ``W_q``, ``b_q`` | ``(H*C, F_dst)``, ``(H*C,)`` | ``lin_query.weight``, ``.bias`` |
+    | ``W_k``, ``b_k`` | ``(H*C, F_src)``, ``(H*C,)`` | ``lin_key.weight``, ``.bias`` |
+    | ``W_v``, ``b_v`` | ``(H*C, F_src)``, ``(H*C,)`` | ``lin_value.weight``, ``.bias`` |
+    | ``W_e`` | ``(H*C, edge_dim)`` | ``lin_edge.weight`` (no bias) |
+    | ``W_skip``, ``b_skip`` | ``(F, F_dst)``, ``(F,)`` | ``lin_skip.weight``, ``.bias`` |
+    | ``w_beta`` | ``(1, 3F)`` | ``lin_beta.weight`` (no bias) |
+
+    PyG's docstring prints the gate's input as $[r_v, m_v, r_v - m_v]$; its code (and this
+    layer) concatenates $[m_v, r_v, m_v - r_v]$. :meth:`attention_weights` returns the
+    coefficients before dropout, as PyG's ``return_attention_weights``. Zero gradients: ``b_k``
+    without LipschitzNorm (a shift of all of a target's scores), and wherever no ``D_v`` reads
+    the longest key with it; with ``C = 1`` and LipschitzNorm, the query's wherever ``D_v``
+    holds $\lVert q_v \rVert$. Finite differences and autograd see rounding there.
+    """
+
+    in_channels: int | tuple[int, int]  # (F_src, F_dst) of a bipartite graph
     out_channels: int  # C, per head
     heads: int = 1  # H
     concat: bool = True  # concatenate heads (H*C) else average them (C); PyG default
@@ -170,9 +175,8 @@ class TransformerConv:
     ) -> dict[str, Any]:
         """PyG's ``Linear`` default reset: every weight and bias ``~ U(-1/sqrt(fan_in), +)``.
 
-        That is ``kaiming_uniform(a=sqrt(5))`` for the weights (bound
-        ``sqrt(6 / ((1 + a^2) fan_in)) = 1 / sqrt(fan_in)``) and the bias with the
-        same fan-in; the same distribution as PyG, not the same draws.
+        That is ``kaiming_uniform(a=sqrt(5))`` for the weights (bound ``sqrt(6 / ((1 + a^2)
+        fan_in)) = 1 / sqrt(fan_in)``), the bias with the same fan-in: PyG's law, not its draws.
         """
         params = {}
         f_src, f_dst = self.in_sizes
@@ -218,8 +222,7 @@ class TransformerConv:
         out : (N, H*C) if ``concat`` else (N, C)
         cache : TransformerConvCache
 
-        Raises :class:`~refimpl.validation.NonFiniteError` where the output overflows the dtype
-        (features near its largest numbers: the scores multiply queries and keys).
+        Raises :class:`~refimpl.validation.NonFiniteError` where the output overflows the dtype.
         """
         check_inputs(self, params, x, graph, edge_attr)
         check_bool(training, "TransformerConv training")
@@ -299,10 +302,9 @@ class TransformerConv:
     ) -> tuple[Any, dict[str, Any]]:
         """Gradients of ``<d_out, out>``: ``(d_inputs, d_params keyed like params)``.
 
-        ``d_inputs`` is ``d_x (N, in)`` without ``edge_dim``, else the tuple
-        ``(d_x, d_edge_attr (E, edge_dim))``; ``d_x`` is the pair ``(d_x_src, d_x_dst)`` for a
-        pair input. ``input_grad=False`` returns ``None`` in place of ``d_x`` (a first layer
-        needs no gradient for its data).
+        ``d_inputs`` is ``d_x (N, in)`` without ``edge_dim``, else the tuple ``(d_x, d_edge_attr
+        (E, edge_dim))``; ``d_x`` is the pair ``(d_x_src, d_x_dst)`` for a pair input.
+        ``input_grad=False`` returns ``None`` in place of ``d_x`` (a first layer needs none).
 
         Raises :class:`~refimpl.validation.NonFiniteError` where a gradient overflows the dtype.
         """
@@ -398,11 +400,11 @@ class TransformerConv:
 
     @staticmethod
     def score_vectors(cache: TransformerConvCache) -> Any:
-        """``(E, H, C)``: the score terms before the sum over a head's channels,
-        ``q_v * k_uv / sqrt(C)`` (or ``/ D_v`` with LipschitzNorm; 0 where ``D_v = 0``).
+        """``(E, H, C)``: the score terms before the sum over a head's channels.
 
-        Their channel sum is the score (up to rounding; the LipschitzNorm score is
-        also clipped to ``[-1, 1]``, these terms are not). Recomputed from the cache.
+        ``q_v * k_uv / sqrt(C)`` (or ``/ D_v`` with LipschitzNorm; 0 where ``D_v = 0``), recomputed
+        from the cache; their channel sum is the score (up to rounding; the LipschitzNorm score
+        is also clipped to ``[-1, 1]``, these terms are not).
         """
         xp = get_array_module(cache.q)
         src, dst = cache.graph.src_segments(xp), cache.graph.dst_segments(xp)
