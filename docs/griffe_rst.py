@@ -4,7 +4,9 @@ The project's docstrings are numpy-style with reST inline markup: ``literals`` (
 Markdown reads as code already), roles such as :class:`GATConv` or :func:`~refimpl.init.balance`,
 and ``::`` before a literal block. Markdown has no roles, so the role name would show as
 text. This turns each role into a code span of its target (``~a.b`` shows ``b``) and a
-trailing ``::`` into ``:``.
+trailing ``::`` into ``:``. Math (``$...$`` inline, ``$$`` blocks) passes through untouched:
+``pymdownx.arithmatex`` marks it when mkdocstrings renders the docstring, inside the box below
+too (``tests/test_docs_site.py`` builds such a docstring).
 
 Several layers keep their equations in their module's docstring and say so in the class
 ("see the module docstring"); so do a few functions (``train_model``). For those classes and

@@ -6,18 +6,17 @@ For hidden neuron ``i`` of layer ``l`` the law (Eq. 3, Eq. 7) says
 
 with the three parameter sets of :mod:`refimpl.neurons`, written out per variant:
 
-====================  ===========================  ===============  ========================
-variant               incoming ``in_i``            attention        outgoing ``out_i``
-====================  ===========================  ===============  ========================
-GATv2 shared (2.2)    ``W^l[i,:]``                 ``a^l[i]``       ``W^{l+1}[:,i]``
-GATv2 unshared (6.3)  ``W_s^l[i,:]``,              ``a^l[i]``       ``W_s^{l+1}[:,i]``,
-                      ``W_t^l[i,:]``                                ``W_t^{l+1}[:,i]`` (*)
-heads, concat (6.4)   the row of i's head          ``a_k[c]``       ``W^{l+1}[:,i]``, all
-heads, mean (6.4)     ``W_k^l[c,:]``, every head   ``a_k[c]``, all  heads of layer ``l+1``
-GATv1 (Remark 2.5)    ``W^l[i,:]``                 ``a_s[i], a_t[i]``  ``W^{l+1}[:,i]``
-GCN (Remark 2.5)      ``W^l[i,:]``                 (``a = 0``)      ``W^{l+1}[:,i]``
-bias, residual        ``+ b^l[i], R^l[i,:]``       as above         ``+ R^{l+1}[:,i]``
-====================  ===========================  ===============  ========================
+- GATv2, shared weights (Thm 2.2): ``in_i = W^l[i,:]``, ``a_i = a^l[i]``,
+  ``out_i = W^{l+1}[:,i]``
+- GATv2, unshared (Thm 6.3): ``in_i = W_s^l[i,:], W_t^l[i,:]``, ``a_i = a^l[i]``,
+  ``out_i = W_s^{l+1}[:,i], W_t^{l+1}[:,i]`` (*)
+- heads, concatenated (Thm 6.4): ``in_i`` the row of ``i``'s head ``k = i // C``,
+  ``a_i = a_k[c]`` with ``c = i % C``, ``out_i = W^{l+1}[:,i]`` over all heads of layer ``l+1``
+- heads, averaged (Thm 6.4): ``in_i = W_k^l[c,:]`` and ``a_i = a_k[c]`` for every head ``k``,
+  ``out_i = W^{l+1}[:,i]`` over all heads of layer ``l+1``
+- GATv1 (Remark 2.5): ``in_i = W^l[i,:]``, ``a_i = a_s[i], a_t[i]``, ``out_i = W^{l+1}[:,i]``
+- GCN (Remark 2.5): ``in_i = W^l[i,:]``, no attention (``a = 0``), ``out_i = W^{l+1}[:,i]``
+- bias, residual: ``in_i`` also holds ``b^l[i], R^l[i,:]``, ``out_i`` also ``R^{l+1}[:,i]``
 
 (*) Eq. 18 as printed omits ``W_t^{l+1}[:,i]``; it is needed, because the next
 layer's target transform reads ``h^l`` too (see :mod:`proofs_check.errata`).

@@ -8,16 +8,14 @@ weights (``res_W``) at zero, so that a balanced network stays balanced.
 Base schemes (each feature matrix ``W`` of shape ``(out, in)`` drawn on its own,
 layer by layer in ``param_shapes`` order; ``W_s`` and ``W_t`` independently):
 
-================  ==============================================================
-``xavier``        Glorot uniform for ``W`` and attention, as PyG draws them
-``xavier_normal`` Glorot normal, ``std = sqrt(2 / (fan_in + fan_out))``
-``xavier_zero_att``  Glorot normal ``W``, attention zero (the paper's Xav_Z)
-``orthogonal``    every ``W`` (semi-)orthogonal, attention zero
-``ll_orthogonal`` looks-linear orthogonal: first ``[U; -U]``, hidden
-                  ``[[U, -U], [-U, U]]``, last ``[V, -V]``; attention zero
-``identity``      hidden ``W = I``; first and last Glorot normal; attention zero
-``ll_identity``   hidden ``[[I, -I], [-I, I]]``; first, last Glorot normal; att. zero
-================  ==============================================================
+- ``xavier``: Glorot uniform for ``W`` and attention, as PyG draws them
+- ``xavier_normal``: Glorot normal, ``std = sqrt(2 / (fan_in + fan_out))``
+- ``xavier_zero_att``: Glorot normal ``W``, attention zero (the paper's Xav_Z)
+- ``orthogonal``: every ``W`` (semi-)orthogonal, attention zero
+- ``ll_orthogonal``: looks-linear orthogonal: first ``[U; -U]``, hidden ``[[U, -U], [-U, U]]``,
+  last ``[V, -V]``; attention zero
+- ``identity``: hidden ``W = I``; first and last Glorot normal; attention zero
+- ``ll_identity``: hidden ``[[I, -I], [-I, I]]``; first, last Glorot normal; attention zero
 
 Named combinations of GAT-balance Table 1 (and its appendix, Fig. 9):
 ``Xav`` (= ``xavier_normal``, as the authors' experiments draw it), ``Xav_Z``,

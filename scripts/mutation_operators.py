@@ -5,20 +5,17 @@ assignment) by another; the rest of the file is left byte for byte, so the
 mutated source reads like the original with one slip in it. Six operators,
 each a bug that review misses and a weak test lets through:
 
-==============  =================================================================
-``sign``        ``a + b`` <-> ``a - b``; ``-x`` -> ``x``; a product assigned or
-                returned negated, ``y = a * b`` -> ``y = -(a * b)``
-``drop_term``   a term of a sum dropped, ``a + b`` -> ``a`` or ``b``, ``a - b`` -> ``a``;
-                an accumulation overwritten, ``x += e`` -> ``x = e``
-``swap_src_dst``  an identifier's ``src`` <-> ``dst`` (a name, an attribute, a string
-                key such as ``"att_src"``); ``edge_index[0]`` <-> ``edge_index[1]``
-``scale_const``  a numeric constant times 10 or divided by 10 (``sqrt(8)`` -> ``sqrt(80)``)
-``slip``        a 1e-4 relative slip: an assigned or returned expression times
-                ``(1 + 1e-4)``
-``loosen``      ``<`` -> ``<=`` and ``>`` -> ``>=``; a tolerance or bound constant
-                loosened tenfold (times 10; divided by 10 for a lower bound, a name
-                ending in ``AT_LEAST``, or a false-alarm rate)
-==============  =================================================================
+- ``sign``: ``a + b`` <-> ``a - b``; ``-x`` -> ``x``; a product assigned or returned negated,
+  ``y = a * b`` -> ``y = -(a * b)``
+- ``drop_term``: a term of a sum dropped, ``a + b`` -> ``a`` or ``b``, ``a - b`` -> ``a``; an
+  accumulation overwritten, ``x += e`` -> ``x = e``
+- ``swap_src_dst``: an identifier's ``src`` <-> ``dst`` (a name, an attribute, a string key such
+  as ``"att_src"``); ``edge_index[0]`` <-> ``edge_index[1]``
+- ``scale_const``: a numeric constant times 10 or divided by 10 (``sqrt(8)`` -> ``sqrt(80)``)
+- ``slip``: a 1e-4 relative slip: an assigned or returned expression times ``(1 + 1e-4)``
+- ``loosen``: ``<`` -> ``<=`` and ``>`` -> ``>=``; a tolerance or bound constant loosened
+  tenfold (times 10; divided by 10 for a lower bound, a name ending in ``AT_LEAST``, or a
+  false-alarm rate)
 
 Which nodes are candidates is the caller's choice (:class:`Scope`): the
 functions whose qualified names it selects, and the module-level constants it

@@ -7,28 +7,26 @@ or ``backward`` and decomposed by an exact SVD (:mod:`refimpl.jacobian`; sizes
 are small). The bound is the paper's. Lemma 2 and Eq. 10 are checked in
 :mod:`proofs_check.softmax`; here are
 
-=======================  =============================================================
-``lipschitz.lemma3``     ``||softmax(g)||_F <= e^a sqrt(m/n)`` for ``|g_ij| <= a`` (Eq. 12)
-``lipschitz.eq28``       ``||A Dsoftmax_M(B)^T||_F <= ||A^T||_(inf,2) ||B||_(2,inf)``: the
-                         step of Lemma 1's proof, with constant 1 (printed: sqrt 2)
-``lipschitz.lemma1``     ``||D Att_X|| <= ||S||_F + sqrt2 ||h(X)^T||_(inf,2)
-                         |||D g_X|||_(F,(2,inf))`` (Eq. 9; ``h(X) = X``, or ``V``, Remark 1)
-``lipschitz.thm2``       ``||D Att_X|| <= e^a* sqrt(m/n) + a* sqrt8`` with ``a*`` the
-                         smallest ``a`` meeting assumptions (1)-(3) at ``X`` (Eq. 14)
-``lipschitz.thm3.*``     Eq. 15 scores: ``L_F <= e^a sqrt(m/n) + a sqrt8`` (Eq. 16)
-``lipschitz.cor1``       Eq. 17 scores: ``L_F <= e sqrt(m/n) + sqrt8`` (Eq. 18)
-``lipschitz.cor2``       Eq. 19 scores: ``L_F <= e^sqrt3 sqrt(m/n) + 2 sqrt6`` (Eq. 20)
-``lipschitz.thm1``       multi-head: ``||D MultAtt_X|| <= ||W_O||_* (sum_k ||D Att_{W_k X}||^2
-                         ||W_k||_*^2)^(1/2)``, the pointwise form of the proof of Eq. 6
-``lipschitz.eq21``       normalised heads, ``m = n``: ``L_F(MultAtt) <= 11 ||W_O||_*
-                         (sum_k ||W_k||_*^2)^(1/2)`` (Eq. 21)
-``lipschitz.gat_neighbourhood``  GAT with per-neighbourhood LipschitzNorm (Sec. 5): per
-                         target, ``||D out_v|| <= 3||W_s|| + 2||W_t||`` (v2), derived there
-``lipschitz.eq22.composition``  two Eq. 17 layers in sequence: ``L_F <= L_1 L_2``, the
-                         Cor 1 bounds multiplied (Eq. 22, Sec. 6)
-``lipschitz.unnormalised_growth``  Kim et al. (2020), a lower bound: without
-                         normalisation ``||D Att_{tX}||`` grows without bound in ``t``
-=======================  =============================================================
+- ``lipschitz.lemma3``: ``||softmax(g)||_F <= e^a sqrt(m/n)`` for ``|g_ij| <= a`` (Eq. 12)
+- ``lipschitz.eq28``: ``||A Dsoftmax_M(B)^T||_F <= ||A^T||_(inf,2) ||B||_(2,inf)``: the step of
+  Lemma 1's proof, with constant 1 (printed: sqrt 2)
+- ``lipschitz.lemma1``: ``||D Att_X|| <= ||S||_F + sqrt2 ||h(X)^T||_(inf,2) |||D
+  g_X|||_(F,(2,inf))`` (Eq. 9; ``h(X) = X``, or ``V``, Remark 1)
+- ``lipschitz.thm2``: ``||D Att_X|| <= e^a* sqrt(m/n) + a* sqrt8`` with ``a*`` the smallest
+  ``a`` meeting assumptions (1)-(3) at ``X`` (Eq. 14)
+- ``lipschitz.thm3.*``: Eq. 15 scores: ``L_F <= e^a sqrt(m/n) + a sqrt8`` (Eq. 16)
+- ``lipschitz.cor1``: Eq. 17 scores: ``L_F <= e sqrt(m/n) + sqrt8`` (Eq. 18)
+- ``lipschitz.cor2``: Eq. 19 scores: ``L_F <= e^sqrt3 sqrt(m/n) + 2 sqrt6`` (Eq. 20)
+- ``lipschitz.thm1``: multi-head: ``||D MultAtt_X|| <= ||W_O||_* (sum_k ||D Att_{W_k X}||^2
+  ||W_k||_*^2)^(1/2)``, the pointwise form of the proof of Eq. 6
+- ``lipschitz.eq21``: normalised heads, ``m = n``: ``L_F(MultAtt) <= 11 ||W_O||_* (sum_k
+  ||W_k||_*^2)^(1/2)`` (Eq. 21)
+- ``lipschitz.gat_neighbourhood``: GAT with per-neighbourhood LipschitzNorm (Sec. 5): per
+  target, ``||D out_v|| <= 3||W_s|| + 2||W_t||`` (v2), derived there
+- ``lipschitz.eq22.composition``: two Eq. 17 layers in sequence: ``L_F <= L_1 L_2``, the Cor 1
+  bounds multiplied (Eq. 22, Sec. 6)
+- ``lipschitz.unnormalised_growth``: Kim et al. (2020), a lower bound: without normalisation
+  ``||D Att_{tX}||`` grows without bound in ``t``
 
 Norms and shapes (Sec. 3.1 and the proof of Lemma 1): ``X`` is ``(d, n)``, one
 input vector per *column*; scores ``(m, n)``; ``||M||_(inf,2) = max_i
@@ -64,17 +62,24 @@ reaches 0.2-0.5 of Eq. 16/18 and 0.11-0.16 of Eq. 20.
 
 Modules
 -------
-=======================  =============================================================
-``forms``                :class:`Form`, :class:`Case`, the score split ``g = g~ / c``
-``bounds``               the measured norm, the exact (F, (2,inf)) norm, the bounds
-``cases``                the inputs: adversarial and random, single- and multi-head
-``search``               the adversarial search (:func:`tightness`)
-``lemma3_eq28``          checks ``lipschitz.lemma3``, ``lipschitz.eq28``
-``lemma1_thm2``          checks ``lipschitz.lemma1``, ``lipschitz.thm2``
-``thm3_corollaries``     checks ``lipschitz.thm3.*``, ``lipschitz.cor1``, ``lipschitz.cor2``
-``thm1_eq21``            checks ``lipschitz.thm1``, ``lipschitz.eq21``
-``growth``               check ``lipschitz.unnormalised_growth``; :func:`growth_curve`
-=======================  =============================================================
+forms
+    :class:`Form`, :class:`Case`, the score split ``g = g~ / c``
+bounds
+    the measured norm, the exact (F, (2,inf)) norm, the bounds
+cases
+    the inputs: adversarial and random, single- and multi-head
+search
+    the adversarial search (:func:`tightness`)
+lemma3_eq28
+    checks ``lipschitz.lemma3``, ``lipschitz.eq28``
+lemma1_thm2
+    checks ``lipschitz.lemma1``, ``lipschitz.thm2``
+thm3_corollaries
+    checks ``lipschitz.thm3.*``, ``lipschitz.cor1``, ``lipschitz.cor2``
+thm1_eq21
+    checks ``lipschitz.thm1``, ``lipschitz.eq21``
+growth
+    check ``lipschitz.unnormalised_growth``; :func:`growth_curve`
 
 The package imports the check modules in this order, which is the report's.
 Everything in ``__all__`` is importable from the package. Blocks, bounds and

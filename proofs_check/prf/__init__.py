@@ -11,29 +11,27 @@ a mean of log-normals whose mean and variance are Eq. 18's (right as printed;
 Eq. 7 is ``c_uv = beta_v e^{g_v/tau} / sum_w beta_w e^{g_w/tau}``, whose argmax is a
 Gumbel-max over the logits ``tau log beta_v`` (:mod:`~proofs_check.prf.gumbel`).
 
-======================  ==================================================================
-``prf.prop1.mean``      i.i.d. rows: ``E[SM^_m] = exp(x^T y)`` (Eq. 18, first line)
-``prf.prop1.variance``  i.i.d. rows: ``Var[SM^_m] = V_m`` (Eq. 18, second line)
-``prf.orthogonal.mean``  orthogonal rows (``draw_projection(kind="orthogonal")``): unbiased
-``prf.orthogonal.variance``  orthogonal rows: ``Var <= V_m`` (as Performer proves)
-``prf.thm1.rate``       ``E[Delta^2]^(1/2)`` falls like ``m^(-1/2)``: fitted log-log slope
-``prf.thm1.bound``      ``P(Delta <= sqrt(exp(6 r^2/tau) / (m eps))) >= 1 - eps`` (Thm 1 with
-                        the exponent corrected, erratum ``prf.thm1.exponent_r_squared``)
-``prf.thm1.chebyshev``  ``P(Delta <= sqrt(V_m / eps)) >= 1 - eps``: the Chebyshev form
-``prf.eq5.rate``        library ``KernelizedSoftmax`` vs exact ``AllPairSoftmax``: RMS error
-                        of the output falls like ``m^(-1/2)``: fitted log-log slope
-``prf.gumbel.prop2``    ``P(x_i + g_i > x_j + g_j) = 1 / (1 + exp(-(x_i - x_j)))``: a
-                        binomial z-score per pair
-``prf.gumbel.prop3``    the argmax of the library's ``AllPairSoftmax`` Gumbel samples
-                        (Eq. 6) is ``Cat(alpha / sum alpha)``: chi-square per query
-``prf.gumbel.prop3_limit`` as ``tau -> 0`` the samples turn one-hot, hot at ``k`` with
-                        probability ``alpha_k / sum alpha`` (Prop. 3, second bullet, Eq. 16)
-``prf.gumbel.thm2``     kernelised (Eq. 7): with ``m`` large for each ``tau`` the argmax
-                        is ``Cat(softmax(q^T k))``: chi-square (Thm 2 in the order of
-                        limits that holds; the printed order fails)
-``prf.gumbel.eq7_library``  ``c_uv`` from Eq. 4 features = the library's
-                        ``KernelizedSoftmax`` per-sample outputs (``V = I``), to rounding
-======================  ==================================================================
+- ``prf.prop1.mean``: i.i.d. rows: ``E[SM^_m] = exp(x^T y)`` (Eq. 18, first line)
+- ``prf.prop1.variance``: i.i.d. rows: ``Var[SM^_m] = V_m`` (Eq. 18, second line)
+- ``prf.orthogonal.mean``: orthogonal rows (``draw_projection(kind="orthogonal")``): unbiased
+- ``prf.orthogonal.variance``: orthogonal rows: ``Var <= V_m`` (as Performer proves)
+- ``prf.thm1.rate``: ``E[Delta^2]^(1/2)`` falls like ``m^(-1/2)``: fitted log-log slope
+- ``prf.thm1.bound``: ``P(Delta <= sqrt(exp(6 r^2/tau) / (m eps))) >= 1 - eps`` (Thm 1 with the
+  exponent corrected, erratum ``prf.thm1.exponent_r_squared``)
+- ``prf.thm1.chebyshev``: ``P(Delta <= sqrt(V_m / eps)) >= 1 - eps``: the Chebyshev form
+- ``prf.eq5.rate``: library ``KernelizedSoftmax`` vs exact ``AllPairSoftmax``: RMS error of the
+  output falls like ``m^(-1/2)``: fitted log-log slope
+- ``prf.gumbel.prop2``: ``P(x_i + g_i > x_j + g_j) = 1 / (1 + exp(-(x_i - x_j)))``: a binomial
+  z-score per pair
+- ``prf.gumbel.prop3``: the argmax of the library's ``AllPairSoftmax`` Gumbel samples (Eq. 6) is
+  ``Cat(alpha / sum alpha)``: chi-square per query
+- ``prf.gumbel.prop3_limit``: as ``tau -> 0`` the samples turn one-hot, hot at ``k`` with
+  probability ``alpha_k / sum alpha`` (Prop. 3, second bullet, Eq. 16)
+- ``prf.gumbel.thm2``: kernelised (Eq. 7): with ``m`` large for each ``tau`` the argmax is
+  ``Cat(softmax(q^T k))``: chi-square (Thm 2 in the order of limits that holds; the printed
+  order fails)
+- ``prf.gumbel.eq7_library``: ``c_uv`` from Eq. 4 features = the library's ``KernelizedSoftmax``
+  per-sample outputs (``V = I``), to rounding
 
 Every threshold keeps the chance that a correct library fails a check at a random seed
 below ``FALSE_ALARM`` (:mod:`~proofs_check.prf.statistics` says how); what Thm 1's
@@ -51,16 +49,21 @@ counterexamples are evaluated by :mod:`~proofs_check.prf.errata_evidence`.
 
 Modules
 -------
-=======================  =============================================================
-``statistics``           ``FALSE_ALARM``, z and chi-square thresholds, Cornish-Fisher,
-                         Pearson's ``X^2``, log-log slopes
-``moments``              Eq. 18 and the log-normal's cumulants, in closed form
-``estimates``            the library's ``SM^_m`` over stacked projections, its rounding
-``kernel``               checks ``prf.prop1.*``, ``prf.orthogonal.*``
-``thm1``                 checks ``prf.thm1.*``, ``prf.eq5.rate``
-``gumbel``               checks ``prf.gumbel.*``; :func:`gumbel_noise`, Thm 2's ``m``
-``errata_evidence``      the errata's counterexamples
-=======================  =============================================================
+statistics
+    ``FALSE_ALARM``, z and chi-square thresholds, Cornish-Fisher, Pearson's ``X^2``, log-log
+    slopes
+moments
+    Eq. 18 and the log-normal's cumulants, in closed form
+estimates
+    the library's ``SM^_m`` over stacked projections, its rounding
+kernel
+    checks ``prf.prop1.*``, ``prf.orthogonal.*``
+thm1
+    checks ``prf.thm1.*``, ``prf.eq5.rate``
+gumbel
+    checks ``prf.gumbel.*``; :func:`gumbel_noise`, Thm 2's ``m``
+errata_evidence
+    the errata's counterexamples
 
 The package imports the check modules in this order, which is the report's.
 Everything in ``__all__`` is importable from the package. The library's pieces are

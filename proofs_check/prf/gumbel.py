@@ -6,16 +6,14 @@ and ``beta_v = phi(x)^T phi(y_v)`` (Eq. 34), the kernelised Gumbel-Softmax of Eq
 is ``c_uv = beta_v e^{g_v/tau} / sum_w beta_w e^{g_w/tau}``; its argmax is that of
 ``tau log beta_v + g_v``, a Gumbel-max over the logits ``tau log beta_v``.
 
-=========================  ==============================================================
-``prf.gumbel.prop2``       ``P(x_i + g_i > x_j + g_j) = 1 / (1 + exp(-(x_i - x_j)))``: a
-                           binomial z-score per pair
-``prf.gumbel.prop3``       the argmax of the library's ``AllPairSoftmax`` Gumbel samples
-                           (Eq. 6) is ``Cat(alpha / sum alpha)``: chi-square per query
-``prf.gumbel.thm2``        kernelised (Eq. 7): with ``m`` large for each ``tau`` the
-                           argmax is ``Cat(softmax(q^T k))``: chi-square
-``prf.gumbel.eq7_library`` ``c_uv`` from Eq. 4 features = the library's ``KernelizedSoftmax``
-                           per-sample outputs (``V = I``), to rounding
-=========================  ==============================================================
+- ``prf.gumbel.prop2``: ``P(x_i + g_i > x_j + g_j) = 1 / (1 + exp(-(x_i - x_j)))``: a binomial
+  z-score per pair
+- ``prf.gumbel.prop3``: the argmax of the library's ``AllPairSoftmax`` Gumbel samples (Eq. 6) is
+  ``Cat(alpha / sum alpha)``: chi-square per query
+- ``prf.gumbel.thm2``: kernelised (Eq. 7): with ``m`` large for each ``tau`` the argmax is
+  ``Cat(softmax(q^T k))``: chi-square
+- ``prf.gumbel.eq7_library``: ``c_uv`` from Eq. 4 features = the library's ``KernelizedSoftmax``
+  per-sample outputs (``V = I``), to rounding
 
 Chi-square tests: :func:`~proofs_check.prf.statistics.pearson` against
 :func:`~proofs_check.prf.statistics.chi2_threshold` (see :mod:`proofs_check.prf.statistics`).

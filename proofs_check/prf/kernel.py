@@ -1,11 +1,9 @@
 """NodeFormer Prop. 1 (Eq. 18) and orthogonal features as checks: the mean and variance of SM^_m.
 
-==========================  ==============================================================
-``prf.prop1.mean``          i.i.d. rows: ``E[SM^_m] = exp(x^T y)`` (Eq. 18, first line)
-``prf.orthogonal.mean``     orthogonal rows (``draw_projection(kind="orthogonal")``): unbiased
-``prf.prop1.variance``      i.i.d. rows: ``Var[SM^_m] = V_m`` (Eq. 18, second line)
-``prf.orthogonal.variance``  orthogonal rows: ``Var <= V_m`` (as Performer proves)
-==========================  ==============================================================
+- ``prf.prop1.mean``: i.i.d. rows: ``E[SM^_m] = exp(x^T y)`` (Eq. 18, first line)
+- ``prf.orthogonal.mean``: orthogonal rows (``draw_projection(kind="orthogonal")``): unbiased
+- ``prf.prop1.variance``: i.i.d. rows: ``Var[SM^_m] = V_m`` (Eq. 18, second line)
+- ``prf.orthogonal.variance``: orthogonal rows: ``Var <= V_m`` (as Performer proves)
 
 ``SM^_m`` and ``V_m`` are those of :mod:`proofs_check.prf.moments`; the estimates come
 from :mod:`proofs_check.prf.estimates`. The cases (:func:`kernel_cases`) keep ``|x + y|^2

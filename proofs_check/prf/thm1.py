@@ -1,13 +1,11 @@
 """NodeFormer Thm 1 (Eq. 19-21) and Eq. 5 as checks: the kernel error's bound and rate.
 
-======================  ==================================================================
-``prf.thm1.bound``      ``P(Delta <= sqrt(exp(6 r^2/tau) / (m eps))) >= 1 - eps`` (Thm 1 with
-                        the exponent corrected, erratum ``prf.thm1.exponent_r_squared``)
-``prf.thm1.chebyshev``  ``P(Delta <= sqrt(V_m / eps)) >= 1 - eps``: the Chebyshev form
-``prf.thm1.rate``       ``E[Delta^2]^(1/2)`` falls like ``m^(-1/2)``: fitted log-log slope
-``prf.eq5.rate``        library ``KernelizedSoftmax`` vs exact ``AllPairSoftmax``: RMS error
-                        of the output falls like ``m^(-1/2)``: fitted log-log slope
-======================  ==================================================================
+- ``prf.thm1.bound``: ``P(Delta <= sqrt(exp(6 r^2/tau) / (m eps))) >= 1 - eps`` (Thm 1 with the
+  exponent corrected, erratum ``prf.thm1.exponent_r_squared``)
+- ``prf.thm1.chebyshev``: ``P(Delta <= sqrt(V_m / eps)) >= 1 - eps``: the Chebyshev form
+- ``prf.thm1.rate``: ``E[Delta^2]^(1/2)`` falls like ``m^(-1/2)``: fitted log-log slope
+- ``prf.eq5.rate``: library ``KernelizedSoftmax`` vs exact ``AllPairSoftmax``: RMS error of the
+  output falls like ``m^(-1/2)``: fitted log-log slope
 
 What Thm 1's ``O(.)`` leaves open
 ---------------------------------

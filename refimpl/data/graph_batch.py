@@ -5,19 +5,18 @@
 batch has ``n_j`` nodes and ``e_j`` edges) and returns a :class:`GraphBatch` on
 ``N = sum n_j`` nodes and ``E = sum e_j`` edges:
 
-==============  ==========  ===========================================================
-field           shape       meaning
-==============  ==========  ===========================================================
-``graph``       N nodes     a :class:`~refimpl.graph.Graph`, edge ``(u, v)`` of graph
-                            ``j`` moved to ``(u + node_ptr[j], v + node_ptr[j])``: global
-                            indices, block-diagonal, no edge between two graphs
-``x``           (N, F)      node features, graph 0's rows first
-``edge_attr``   (E, B)      edge features, in ``graph.edge_index``'s column order
-``batch``       (N,) int64  the graph of every node, ``0 <= batch < G``, non-decreasing
-``node_ptr``    (G+1,)      graph ``j`` owns nodes ``node_ptr[j]:node_ptr[j+1]``
-``num_graphs``  int         ``G``
-``y``           (G, T)      the graphs' targets
-==============  ==========  ===========================================================
+| field          | shape      | meaning                                                     |
+| -------------- | ---------- | ----------------------------------------------------------- |
+| ``graph``      | N nodes    | a :class:`~refimpl.graph.Graph` over global indices (below) |
+| ``x``          | (N, F)     | node features, graph 0's rows first                         |
+| ``edge_attr``  | (E, B)     | edge features, in ``graph.edge_index``'s column order       |
+| ``batch``      | (N,) int64 | the graph of every node, ``0 <= batch < G``, non-decreasing |
+| ``node_ptr``   | (G+1,)     | graph ``j`` owns nodes ``node_ptr[j]:node_ptr[j+1]``        |
+| ``num_graphs`` | int        | ``G``                                                       |
+| ``y``          | (G, T)     | the graphs' targets                                         |
+
+``graph`` holds edge ``(u, v)`` of graph ``j`` as ``(u + node_ptr[j], v + node_ptr[j])``:
+block-diagonal, no edge between two graphs.
 
 Graph ``j`` of the batch is graph ``indices[j]`` of the dataset, nodes and edges
 in their stored order: the relabelling of ``networkx.disjoint_union_all`` and of

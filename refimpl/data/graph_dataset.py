@@ -12,25 +12,24 @@ either: convert your own copy into the file format below, or use
 Layout (``G`` graphs, ``N`` nodes and ``E`` edges in all; graph ``i`` has
 ``n_i`` nodes and ``e_i`` edges)
 ---------------------------------------------------------------------
-==============  ================  =========================================================
-field           shape, dtype      meaning
-==============  ================  =========================================================
-``x``           (N, F) float      node features, graph 0's rows first, then graph 1's, ...
-``edge_index``  (2, E) int64      row 0 source ``u``, row 1 target ``v`` (PyG convention), as
-                                  node indices LOCAL to their graph: ``0 <= u, v < n_i``
-``edge_attr``   (E, B) float      edge features, in ``edge_index``'s column order (B may be 0)
-``node_ptr``    (G+1,) int64      graph ``i`` owns node rows ``node_ptr[i]:node_ptr[i+1]``;
-                                  ``node_ptr[0] = 0``, ``node_ptr[G] = N``, every ``n_i >= 1``
-``edge_ptr``    (G+1,) int64      graph ``i`` owns edge columns ``edge_ptr[i]:edge_ptr[i+1]``;
-                                  ``edge_ptr[0] = 0``, ``edge_ptr[G] = E``, ``e_i >= 0``
-``y``           (G, T) float      targets: real values (``task="regression"``) or 0/1
-                                  labels (``task="multilabel"``), finite (0 where missing)
-``name``        str               a label for logs: printable text (no control characters,
-                                  escape sequences or line breaks), else refused
-``task``        str               ``"regression"`` or ``"multilabel"``
-``y_mask``      (G, T) bool       ``True`` where graph ``i``'s label for task ``t`` is
-                or ``None``       observed; ``None`` when every label is (multilabel only)
-==============  ================  =========================================================
+| field          | shape, dtype      | meaning                                                    |
+| -------------- | ----------------- | ---------------------------------------------------------- |
+| ``x``          | (N, F) float      | node features, graph 0's rows first, then graph 1's, ...   |
+| ``edge_index`` | (2, E) int64      | row 0 source ``u``, row 1 target ``v``, local (1)          |
+| ``edge_attr``  | (E, B) float      | edge features, ``edge_index``'s column order; B may be 0   |
+| ``node_ptr``   | (G+1,) int64      | graph ``i``'s node rows: ``node_ptr[i]:node_ptr[i+1]`` (2) |
+| ``edge_ptr``   | (G+1,) int64      | graph ``i``'s edges: ``edge_ptr[i]:edge_ptr[i+1]`` (3)     |
+| ``y``          | (G, T) float      | targets, finite (0 where missing) (4)                      |
+| ``name``       | str               | a label for logs: printable text, else refused (5)         |
+| ``task``       | str               | ``"regression"`` or ``"multilabel"``                       |
+| ``y_mask``     | (G, T) bool, None | ``True`` where graph ``i``'s label ``t`` is observed (6)   |
+
+- (1) PyG's convention, as node indices LOCAL to their graph: ``0 <= u, v < n_i``.
+- (2) ``node_ptr[0] = 0``, ``node_ptr[G] = N``, every ``n_i >= 1``.
+- (3) ``edge_ptr[0] = 0``, ``edge_ptr[G] = E``, ``e_i >= 0``.
+- (4) Real values (``task="regression"``) or 0/1 labels (``task="multilabel"``).
+- (5) No control characters, escape sequences or line breaks.
+- (6) ``None`` when every label is (multilabel only).
 
 Missing labels (multi-label tasks only). TOX21 and the OGB molecule benchmarks leave a cell
 empty where a molecule was not assayed for a task. Pass such a ``y`` with NaN in those

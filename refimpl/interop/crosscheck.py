@@ -3,31 +3,25 @@ and compare its outputs and gradients, tensor by tensor.
 
 The file (``numpy.savez``; plain arrays, read with ``allow_pickle=False``)
 -------------------------------------------------------------------------
-=====================  ========================  ===========================================
-key                    shape, dtype              meaning
-=====================  ========================  ===========================================
-``config``             0-d str (JSON)            ``{"framework": "pyg" | "refimpl",
-                                                 "layer": NAME, "kwargs": {...}}``, and
-                                                 optionally ``"frozen": [names]``
-``param/<name>``       float arrays              parameters; PyG state-dict names for
-                                                 ``"pyg"`` (e.g. ``param/lin.weight``), ours
-                                                 for ``"refimpl"`` (``param/W``)
-``input/x``            (N, in) float             node features
-``input/edge_index``   (2, E) int                row 0 sources, row 1 targets (PyG's
-                                                 convention), as passed to the layer
-``input/x_src``,       (N_src, F_src), (N_dst,   a bipartite layer's inputs in place of ``input/x``
-``input/x_dst``        F_dst) float              (PyG's ``x = (x_src, x_dst)``; ``kwargs``'
-                                                 ``in_channels`` a 2-list)
-``input/edge_attr``    (E, edge_dim) float       edge features (a layer with ``edge_dim``;
-                                                 ``(E,)`` for ``edge_dim=1``, as PyG reads it)
-``output/out``         float                     the other implementation's output
-``cotangent``          shaped like ``out``       ``c`` of the scalar loss ``L = sum(c * out)``
-``grad/input/x``       like ``input/x``          ``dL/dx`` (optional, as every ``grad/``)
-``grad/input/edge_attr``                         ``dL/d edge_attr``, shaped as ``edge_attr``
-``grad/input/x_src``,  like the inputs           ``dL/d x_src``, ``dL/d x_dst`` (bipartite)
-``grad/input/x_dst``
-``grad/param/<name>``  like ``param/<name>``     ``dL/d param``, under the parameters' names
-=====================  ========================  ===========================================
+- ``config`` (0-d str, JSON): ``{"framework": "pyg" | "refimpl", "layer": NAME, "kwargs":
+  {...}}``, and optionally ``"frozen": [names]``
+- ``param/<name>`` (float arrays): parameters; PyG state-dict names for ``"pyg"`` (e.g.
+  ``param/lin.weight``), ours for ``"refimpl"`` (``param/W``)
+- ``input/x`` (``(N, in)`` float): node features
+- ``input/edge_index`` (``(2, E)`` int): row 0 sources, row 1 targets (PyG's convention), as
+  passed to the layer
+- ``input/x_src``, ``input/x_dst`` (``(N_src, F_src)``, ``(N_dst, F_dst)`` float): a bipartite
+  layer's inputs in place of ``input/x`` (PyG's ``x = (x_src, x_dst)``; ``kwargs``'
+  ``in_channels`` a 2-list)
+- ``input/edge_attr`` (``(E, edge_dim)`` float): edge features (a layer with ``edge_dim``;
+  ``(E,)`` for ``edge_dim=1``, as PyG reads it)
+- ``output/out`` (float): the other implementation's output
+- ``cotangent`` (shaped like ``out``): ``c`` of the scalar loss ``L = sum(c * out)``
+- ``grad/input/x`` (like ``input/x``): ``dL/dx`` (optional, as every ``grad/``)
+- ``grad/input/edge_attr`` (like ``input/edge_attr``): ``dL/d edge_attr``
+- ``grad/input/x_src``, ``grad/input/x_dst`` (like the inputs): ``dL/d x_src``, ``dL/d x_dst``
+  (bipartite)
+- ``grad/param/<name>`` (like ``param/<name>``): ``dL/d param``, under the parameters' names
 
 Nothing else: an entry the reader does not know (``input/edge_weight``, a typo) is refused,
 not ignored, and so is a file whose entries mean two things: ``input/x`` beside

@@ -9,39 +9,34 @@ One ``<case>.npz`` per canonical case (:data:`~refimpl.interop.golden_cases.GOLD
 ``.npz`` is a plain NumPy zip archive (``numpy.load(path, allow_pickle=False)``; in Julia
 ``NPZ.npzread``; in JAX ``jnp.asarray`` of NumPy's arrays), C order, with these keys:
 
-========================  ========  ===========================================================
-key                       dtype     content
-========================  ========  ===========================================================
-``input/x``               float64   node features ``(N, in)``; for the dense attention blocks
-                                    of LipschitzNorm ``(d, n)``, one input vector per *column*
-``input/edge_index``      int64     ``(2, E)``, row 0 the source ``u``, row 1 the target ``v``
-                                    (a message flows ``u -> v``), as PyTorch Geometric
-``input/num_nodes``       int64     0-d ``N`` (an isolated node has no edge to tell it)
-``input/edge_attr``       float64   ``(E, edge_dim)``, row ``e`` belongs to edge ``e``
-``input/pe``              float64   positional encodings ``(N, pe_dim)``
-``input/batch``           int64     ``(N,)`` the graph of every node
-``input/q``, ``k``, ``v`` float64   queries, keys ``(N, d)``, values ``(N, d_v)`` (all-pair
-                                    attention and random features)
-``input/e``               float64   pair features ``(P, D)`` over ``edge_index``'s pairs (SAN,
-                                    GraphiT-GT: every ordered pair of a graph's nodes)
-``input/real``            bool      ``(P,)`` True where the pair is an input edge
-``input/kernel``          float64   ``(P,)`` GraphiT's kernel value of every pair
-``input/attn_out``,       float64   ``(M, D)`` each: a transformer stream's attention output and
-``input/residual_in``               its residual input
-``input/eigvecs``,        float64   ``(N, m)`` each: padded eigenvector entries and eigenvalues
-``input/eigvals``                   (SAN's learned Laplacian encoding)
-``input/valid``           bool      ``(N, m)`` True where the eigenpair exists
-``param/<name>``          float64   parameters under our names (the block's ``param_shapes()``;
-                                    weights are ``(out, in)``: ``y = x W^T + b``)
-``noise/<key>``           float64   random draws, fed in and never drawn: NodeFormer's
-                                    projection ``omega (m, C)``, Gumbel noise ``g (N, H, K)``
-                                    (per key node, head, sample)
-``noise/<key>``           bool      dropout keep-masks, True = keep: ``y = x * mask / (1 - p)``
-``cotangent``             float64   ``c``, shaped like the output
-``output/out``            float64   the block's output
-``grad/input/<name>``     float64   ``dL/d input/<name>``, for the float inputs of the case
-``grad/param/<name>``     float64   ``dL/d param/<name>``
-========================  ========  ===========================================================
+- ``input/x`` (float64): node features ``(N, in)``; for the dense attention blocks of
+  LipschitzNorm ``(d, n)``, one input vector per *column*
+- ``input/edge_index`` (int64): ``(2, E)``, row 0 the source ``u``, row 1 the target ``v`` (a
+  message flows ``u -> v``), as PyTorch Geometric
+- ``input/num_nodes`` (int64): 0-d ``N`` (an isolated node has no edge to tell it)
+- ``input/edge_attr`` (float64): ``(E, edge_dim)``, row ``e`` belongs to edge ``e``
+- ``input/pe`` (float64): positional encodings ``(N, pe_dim)``
+- ``input/batch`` (int64): ``(N,)`` the graph of every node
+- ``input/q``, ``k``, ``v`` (float64): queries, keys ``(N, d)``, values ``(N, d_v)`` (all-pair
+  attention and random features)
+- ``input/e`` (float64): pair features ``(P, D)`` over ``edge_index``'s pairs (SAN, GraphiT-GT:
+  every ordered pair of a graph's nodes)
+- ``input/real`` (bool): ``(P,)`` True where the pair is an input edge
+- ``input/kernel`` (float64): ``(P,)`` GraphiT's kernel value of every pair
+- ``input/attn_out``, ``input/residual_in`` (float64): ``(M, D)`` each: a transformer stream's
+  attention output and its residual input
+- ``input/eigvecs``, ``input/eigvals`` (float64): ``(N, m)`` each: padded eigenvector entries
+  and eigenvalues (SAN's learned Laplacian encoding)
+- ``input/valid`` (bool): ``(N, m)`` True where the eigenpair exists
+- ``param/<name>`` (float64): parameters under our names (the block's ``param_shapes()``;
+  weights are ``(out, in)``: ``y = x W^T + b``)
+- ``noise/<key>`` (float64): random draws, fed in and never drawn: NodeFormer's projection
+  ``omega (m, C)``, Gumbel noise ``g (N, H, K)`` (per key node, head, sample)
+- ``noise/<key>`` (bool): dropout keep-masks, True = keep: ``y = x * mask / (1 - p)``
+- ``cotangent`` (float64): ``c``, shaped like the output
+- ``output/out`` (float64): the block's output
+- ``grad/input/<name>`` (float64): ``dL/d input/<name>``, for the float inputs of the case
+- ``grad/param/<name>`` (float64): ``dL/d param/<name>``
 
 The loss is ``L = sum(c * out)`` (``c`` the stored ``cotangent``), so the stored gradients are
 the vector-Jacobian product of ``c``: what ``jax.vjp(f, ...)[1](c)`` or Zygote's pullback

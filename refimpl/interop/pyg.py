@@ -21,15 +21,11 @@ Names (``H`` heads, ``C`` = ``out_channels``, ``F = H*C`` with ``concat`` else `
 ``GATConv(version="v1")``, by PyG release (``from_pyg`` recognises each naming from
 its keys; ``to_pyg`` writes the newest unless ``pyg_version`` is given):
 
-==================  ==================  =======================  =======================
-ours                PyG >= 2.5          PyG 2.0 - 2.4            PyG 1.6 - 1.7
-==================  ==================  =======================  =======================
-``W (H*C, in)``     ``lin.weight``      ``lin_src.weight`` and   ``lin_l.weight`` and
-                                        ``lin_dst.weight`` (*)   ``lin_r.weight`` (*)
-``att_src (H, C)``  ``att_src``         ``att_src``              ``att_l``
-``att_dst (H, C)``  ``att_dst``         ``att_dst``              ``att_r``
-``bias (F,)``       ``bias``            ``bias``                 ``bias``
-==================  ==================  =======================  =======================
+| PyG release | ``W``                                      | ``att_src`` | ``att_dst`` | ``bias`` |
+| ----------- | ------------------------------------------ | ----------- | ----------- | -------- |
+| >= 2.5      | ``lin.weight``                             | ``att_src`` | ``att_dst`` | ``bias`` |
+| 2.0 - 2.4   | ``lin_src.weight``, ``lin_dst.weight`` (*) | ``att_src`` | ``att_dst`` | ``bias`` |
+| 1.6 - 1.7   | ``lin_l.weight``, ``lin_r.weight`` (*)     | ``att_l``   | ``att_r``   | ``bias`` |
 
 Attention vectors are ``(1, H, C)`` in every PyG release. (*) One module under two
 names (``lin_dst = lin_src`` for an int ``in_channels``): both keys are in the state

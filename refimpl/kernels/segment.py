@@ -4,14 +4,12 @@ A *segment* is the set of items (edges) that share an index value (their target
 node, for message passing). With ``E`` items, ``N`` segments and any trailing
 feature shape ``F`` (for example ``(H,)`` or ``(H, C)``):
 
-==========================  ===================  =====================================
-primitive                   shapes               adjoint (its backward)
-==========================  ===================  =====================================
-``gather(x, seg)``          (N, *F) -> (E, *F)   ``segment_sum`` (scatter-add)
-``segment_sum(v, seg)``     (E, *F) -> (N, *F)   ``gather`` (repeat per item)
-``segment_max(v, seg)``     (E, *F) -> (N, *F)   route the gradient to the argmax
-``segment_softmax(s, seg)`` (E, *F) -> (E, *F)   ``alpha * (g - gather(segment_sum(alpha*g)))``
-==========================  ===================  =====================================
+| primitive                   | shapes             | adjoint (its backward)                       |
+| --------------------------- | ------------------ | -------------------------------------------- |
+| ``gather(x, seg)``          | (N, *F) -> (E, *F) | ``segment_sum`` (scatter-add)                |
+| ``segment_sum(v, seg)``     | (E, *F) -> (N, *F) | ``gather`` (repeat per item)                 |
+| ``segment_max(v, seg)``     | (E, *F) -> (N, *F) | route the gradient to the argmax             |
+| ``segment_softmax(s, seg)`` | (E, *F) -> (E, *F) | ``alpha*(g - gather(segment_sum(alpha*g)))`` |
 
 Empty segments (nodes with no incoming edge) give zeros from ``segment_sum``
 and ``segment_max`` (and argmax ``-1``); ``segment_softmax`` has no output for

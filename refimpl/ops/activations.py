@@ -3,14 +3,12 @@
 Kinks follow PyTorch's autograd exactly, so gradients can be compared entry by
 entry with a PyTorch model even where an input lands on the kink:
 
-=============  =========================  ===============================
-block          derivative for x > 0       derivative for x <= 0 (incl. 0)
-=============  =========================  ===============================
-ReLU           1                          0
-LeakyReLU(s)   1                          s
-ELU(a)         1                          a * exp(x)  (so ``a`` at 0)
-Identity       1                          1
-=============  =========================  ===============================
+| block        | derivative for x > 0 | derivative for x <= 0 (incl. 0) |
+| ------------ | -------------------- | ------------------------------- |
+| ReLU         | 1                    | 0                               |
+| LeakyReLU(s) | 1                    | s                               |
+| ELU(a)       | 1                    | ``a * exp(x)`` (so ``a`` at 0)  |
+| Identity     | 1                    | 1                               |
 
 ``-0.0`` counts as 0 (it is not ``> 0``). Parameter-free: ``params`` is ignored
 (pass ``{}``) and ``d_params`` is ``{}``.

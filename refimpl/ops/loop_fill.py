@@ -4,17 +4,15 @@ A GAT layer with ``add_self_loops`` and edge features drops the graph's self-loo
 features, appends one loop per node, and gives loop ``(v, v)`` the features ``fill[v]`` (D,),
 computed from the features of the remaining edges into ``v`` (PyG ``compute_loop_attr``):
 
-=====================  ==========================================  =============================
-``fill_value``         ``fill[v]``                                 node without incoming edges
-=====================  ==========================================  =============================
-a number ``c``         ``c`` in every feature                      ``c``
-``D`` numbers          those numbers                               those numbers
-``None``               ones                                        ones
-``"add"``, ``"sum"``   ``sum_{e -> v} a_e``                        0
-``"mean"``             ``sum_{e -> v} a_e / |N(v)|``               0
-``"max"``, ``"min"``   featurewise max / min over ``e -> v``       0
-``"mul"``              featurewise product over ``e -> v``         1
-=====================  ==========================================  =============================
+| ``fill_value``       | ``fill[v]``                           | node without incoming edges |
+| -------------------- | ------------------------------------- | --------------------------- |
+| a number ``c``       | ``c`` in every feature                | ``c``                       |
+| ``D`` numbers        | those numbers                         | those numbers               |
+| ``None``             | ones                                  | ones                        |
+| ``"add"``, ``"sum"`` | ``sum_{e -> v} a_e``                  | 0                           |
+| ``"mean"``           | ``sum_{e -> v} a_e / |N(v)|``         | 0                           |
+| ``"max"``, ``"min"`` | featurewise max / min over ``e -> v`` | 0                           |
+| ``"mul"``            | featurewise product over ``e -> v``   | 1                           |
 
 The fill is a function of ``edge_attr``, so its gradient flows back into the features of the
 edges it read. Forward and backward side by side (``A`` the features of the non-loop edges,

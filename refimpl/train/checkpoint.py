@@ -4,18 +4,14 @@ progress.
 Layout of a checkpoint file (every entry a plain array; ``numpy.load(...,
 allow_pickle=False)`` reads it):
 
-=====================  =====================================================
-key                    content
-=====================  =====================================================
-``param/<name>``       model parameters, keyed as in the model
-``state/<name>``       the model's state that is not a parameter (BatchNorm's running
-                       statistics, ``model.init_state()``); absent where it has none
-``opt/<key>``          optimiser state (``refimpl.optim``), e.g. ``opt/step``
-``sched/<key>``        learning-rate schedule state (``refimpl.schedules``) as 0-d int64 /
-                       float64 arrays, e.g. ``sched/lr``; absent for a run without one
-``rng_state``          JSON of ``Generator.bit_generator.state`` (0-d str)
-``progress``           JSON of the loop's bookkeeping: epoch, best model (0-d str)
-=====================  =====================================================
+- ``param/<name>``: model parameters, keyed as in the model
+- ``state/<name>``: the model's state that is not a parameter (BatchNorm's running statistics,
+  ``model.init_state()``); absent where it has none
+- ``opt/<key>``: optimiser state (``refimpl.optim``), e.g. ``opt/step``
+- ``sched/<key>``: learning-rate schedule state (``refimpl.schedules``) as 0-d int64 / float64
+  arrays, e.g. ``sched/lr``; absent for a run without one
+- ``rng_state``: JSON of ``Generator.bit_generator.state`` (0-d str)
+- ``progress``: JSON of the loop's bookkeeping: epoch, best model (0-d str)
 
 Writes go to a temporary file in the same directory, then ``os.replace``, so a
 crash mid-write leaves the previous checkpoint intact.
