@@ -222,9 +222,10 @@ def npz_limit() -> tuple[int, str]:
 
 
 def printable(text: str) -> str:
-    """``text`` with every character a terminal would not print as itself (control
+    r"""``text`` with every character a terminal would not print as itself (control
     characters, escape sequences, line breaks) written as its Python escape, as ``repr``
-    does: ``"a\x1b[2Jb"`` -> ``a\\x1b[2Jb``. Plain text comes back unchanged."""
+    does: the string ``"a\x1b[2Jb"`` (with an ESC character) comes back as the text
+    ``a\x1b[2Jb`` (with a backslash). Plain text comes back unchanged."""
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 

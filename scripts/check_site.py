@@ -1,4 +1,4 @@
-"""Check a built docs site for what ``mkdocs build --strict`` lets through.
+r"""Check a built docs site for what ``mkdocs build --strict`` lets through.
 
     python scripts/check_site.py SITE_DIR
 
@@ -6,10 +6,10 @@ Strict mode fails on broken links and bad docstring sections, but a page can sti
 its source instead of rendering it. This reads every HTML page of the built site and fails
 (exit 1, one line per problem: page, what is wrong, the text) on
 
-- math left as text: ``$...$``, ``$$``, ``\\(...\\)`` or ``\\[...\\]`` outside code and outside
+- math left as text: ``$...$``, ``$$``, ``\(...\)`` or ``\[...\]`` outside code and outside
   the elements ``pymdownx.arithmatex`` marks (a display block without a blank line before or
   after stays a paragraph with its dollars, and KaTeX never sees it);
-- math holding a control character where a backslash was (``\\frac`` in a docstring that is
+- math holding a control character where a backslash was (``\frac`` in a docstring that is
   not raw reads as a form feed and ``rac``: KaTeX shows text, no error);
 - math that KaTeX cannot typeset (where Node.js is on the PATH: each marked expression is
   run through the site's own ``assets/katex/katex.min.js``, as the browser would);
@@ -135,7 +135,7 @@ class _Reader(HTMLParser):
 
 
 def _strip_delimiters(text: str, display: bool) -> tuple[str, bool]:
-    """The TeX of an arithmatex element (``\\(x\\)`` or ``\\[x\\]`` in generic mode)."""
+    r"""The TeX of an arithmatex element (``\(x\)`` or ``\[x\]`` in generic mode)."""
     tex = text.strip()
     if tex[:2] in ("\\(", "\\[") and tex[-2:] in ("\\)", "\\]"):
         tex = tex[2:-2]

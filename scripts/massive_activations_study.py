@@ -1,4 +1,4 @@
-"""The massive-activation study's grid: each of its architectures, with and without the explicit
+r"""The massive-activation study's grid: each of its architectures, with and without the explicit
 attention bias, over seeds, base vs trained, on one machine's cores or on a Dask cluster.
 
 Each job is one ``scripts/massive_activations.py --study ARCH`` run (the study's configuration:
@@ -20,7 +20,7 @@ The full-size study on a cluster (ZINC's 10,000 training molecules as a SMILES C
 split, the configurations' 1000 epochs, four seeds; a Dask scheduler and workers sharing the
 file system that holds ``--out``)::
 
-    python scripts/massive_activations_study.py --molecules ZINC.csv --splits zinc_splits.csv \\
+    python scripts/massive_activations_study.py --molecules ZINC.csv --splits zinc_splits.csv \
         --target score --epochs 1000 --seeds 4 --scheduler tcp://HOST:8786 --out runs/ma_study
 
 ``--workers N`` runs the jobs on N processes here instead. Rerunning the same command after an

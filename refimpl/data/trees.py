@@ -1,4 +1,4 @@
-"""TREES: the Tree-NeighborsMatch task of LipschitzNorm Sec. 7.2 (after Alon & Yahav 2021).
+r"""TREES: the Tree-NeighborsMatch task of LipschitzNorm Sec. 7.2 (after Alon & Yahav 2021).
 
 A long-range lookup: the root of a complete binary tree must read the label of
 the one green leaf, ``depth`` hops away, whose count of blue neighbours equals
@@ -19,7 +19,7 @@ Colours
 Counts
     The root's count ``c`` is uniform on ``{1..K}``; one leaf ``m``, uniform among
     the ``L``, also gets ``c``; every other leaf gets a count uniform on
-    ``{1..K} \\ {c}``, independently. So exactly one leaf matches the root.
+    ``{1..K} \ {c}``, independently. So exactly one leaf matches the root.
 Labels
     Each tree's leaves get the labels ``0, 1, ..., C-1`` each exactly ``L / C``
     times, in a uniformly random order (``C`` must divide ``L``). The root's
