@@ -38,15 +38,33 @@ __all__ = ["AttentionGraph", "attention_graph"]
 
 
 class AttentionGraph(NamedTuple):
-    """The graph every layer attends over, and how its edges relate to the input's."""
+    """The graph every layer attends over, and how its edges relate to the input's.
 
-    graph: Graph  # on N' = N (+ G) nodes
-    kept: Any  # (E,) bool host array: input edges that are not self-loops
-    edge_types: Any  # (E', T) host float 0/1: the one-hot type columns of every edge
-    num_nodes: int  # N, the real nodes (rows 0..N-1)
-    row_graph: Any  # (N',) int64 host: the graph of every node of the attention graph
-    num_graphs: int  # G (a graph may have no node)
-    device: dict  # copies on an array backend, made once (see ``on``): no transfer per step
+    Attributes
+    ----------
+    graph : Graph
+        The attention graph, on ``N' = N (+ G)`` nodes.
+    kept : numpy.ndarray, (E,)
+        bool: the input edges that are not self-loops.
+    edge_types : numpy.ndarray, (E', T)
+        float 0/1: the one-hot type columns of every edge.
+    num_nodes : int
+        ``N``, the real nodes (rows ``0..N-1``).
+    row_graph : numpy.ndarray, (N',)
+        int64: the graph of every node of the attention graph.
+    num_graphs : int
+        ``G`` (a graph may have no node).
+    device : dict
+        Copies on an array backend, made once (see :meth:`on`): no transfer per step.
+    """
+
+    graph: Graph
+    kept: Any
+    edge_types: Any
+    num_nodes: int
+    row_graph: Any
+    num_graphs: int
+    device: dict
 
     def on(self, name: str, xp: Any, dtype: Any = None) -> Any:
         """``kept``, ``edge_types`` or ``batch`` (the real nodes grouped by graph, a
@@ -83,7 +101,24 @@ _ATTENTION_GRAPHS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def attention_graph(
     graph: Graph, batch: np.ndarray, num_graphs: int, global_node: bool
 ) -> AttentionGraph:
-    """The graph the layers attend over (see the module docstring), cached per input graph."""
+    """The graph the layers attend over (see the module docstring), cached per input graph.
+
+    Parameters
+    ----------
+    graph : Graph
+        The input graph, ``N`` nodes.
+    batch : numpy.ndarray, (N,)
+        int64: the graph of every node (checked by the caller).
+    num_graphs : int
+        ``G``, the graphs of the batch.
+    global_node : bool
+        Add one global node per graph, joined to each of its nodes both ways.
+
+    Returns
+    -------
+    AttentionGraph
+        The same object for the same input graph, batch and ``global_node``.
+    """
     key = (global_node, num_graphs, hashlib.sha1(batch.tobytes()).hexdigest())
     built = _ATTENTION_GRAPHS.setdefault(graph, {})
     if key not in built:

@@ -1,25 +1,7 @@
 """``GAT``: a deep graph attention network of ``GATConv`` layers, with hand-written backward.
 
-The network of GAT-balance Def. 2.1: ``L`` layers stacked, layer ``l`` mapping
-``h^{l-1}`` (width ``n_{l-1}``) to ``h^l`` (width ``n_l``), ``n_0 = in_channels``
-and ``n_L = out_channels``. Per layer (forward steps as numbered in the code):
-
-    F1  d    = Dropout(h^{l-1})                        input dropout (GAT paper: every layer)
-    F2  z    = GATConv(d)                              GAT-balance Eq. 1-2 without phi
-    F3  z    = z + d W_res^T                           residual=True only
-    F4  z    = PairNorm(z)                             pairnorm set, hidden layers only
-    F5  h^l  = phi(z)                                  hidden layers only; the last gives logits
-
-Hidden layers concatenate their ``H_l`` heads (``n_l = H_l * hidden_channels``;
-with ``concat=False`` they average them, ``n_l = hidden_channels``, the second
-form of GAT-balance Thm 6.4); the last averages its heads (``n_L = out_channels``).
-Eq. 1 applies ``phi`` on every layer; here, as in PyG's ``GAT`` model, the last
-layer has none, so the output is logits for a softmax cross-entropy.
-
-Parameters: one flat ordered dict keyed ``layer{l}.{name}``, ``l`` from 0,
-``name`` the ``GATConv`` names (v1: ``W``, ``att_src``, ``att_dst``; v2:
-``W_s``, ``W_t`` unless shared, ``att``; ``bias`` if configured) in
-``GATConv.param_shapes`` order, then ``res_W`` ``(n_l, n_{l-1})`` if residual.
+The class docstring states the network (GAT-balance Def. 2.1), its arguments and shapes. The
+forward's steps per layer: F1 input dropout, F2 ``GATConv``, F3 the skip, F4 PairNorm, F5 phi.
 
 Randomness (docs/design.md): with ``rng`` the masks are drawn in this fixed order,
 each only when its probability is > 0: layer 0 input mask ``(N, n_0)``, layer 0
@@ -28,16 +10,11 @@ layer 1 input mask, layer 1 attention mask, ...; each as ``rng.random(shape) >= 
 With ``noise``, the masks come from ``{"layer{l}.input_mask": ..., "layer{l}.attn_mask":
 ...}`` (bool, True = keep, on ``x``'s backend); ``cache.noise`` returns those used.
 
-PairNorm (``pairnorm="PN" | "PN-SI" | "PN-SCS"``, :class:`refimpl.nn.PairNorm` with
-PyG's defaults, no parameters) sits between the convolution and ``phi`` as in
-Zhao & Akoglu (2020), the GAT-Pn baseline of LipschitzNorm Table 1. It breaks
-GAT-balance's conservation law (the rescaling a layer's norm undoes is not
-matched by the next layer), so balanced initialisation still runs but its
-Thm 2.2 no longer holds.
-
-Parity: the residual acts on the dropped input ``d`` (the tensor the attention
-sees), as PyG's ``GATConv(residual=True)`` and DGL's ``GATConv`` do; its weight
-is zero under every initialisation scheme, so a balanced network stays balanced.
+PairNorm breaks GAT-balance's conservation law (the rescaling a layer's norm undoes is not
+matched by the next layer): balanced initialisation still runs, but its Thm 2.2 no longer
+holds. The residual acts on the dropped input ``d`` (the tensor the attention sees), as PyG's
+``GATConv(residual=True)`` and DGL's ``GATConv`` do; its weight is zero under every
+initialisation scheme, so a balanced network stays balanced.
 """
 
 from __future__ import annotations
@@ -45,7 +22,7 @@ from __future__ import annotations
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -59,12 +36,13 @@ from refimpl.fields import (
 )
 from refimpl.graph import Graph
 from refimpl.init import INITIALISERS
-from refimpl.nn.gat.conv import GATCache, GATConv
-from refimpl.nn.norms.pairnorm import PAIRNORM_MODES, PairNorm, PairNormCache
+from refimpl.models.gat_cache import GATLayerCache, GATModelCache
+from refimpl.nn.gat.conv import GATConv
+from refimpl.nn.norms.pairnorm import PAIRNORM_MODES, PairNorm
 from refimpl.nn.overflow import check_overflow
 from refimpl.ops.activations import ACTIVATIONS, get_activation
-from refimpl.ops.dropout import Dropout, DropoutCache
-from refimpl.ops.linear import Linear, LinearCache
+from refimpl.ops.dropout import Dropout
+from refimpl.ops.linear import Linear
 from refimpl.validation import (
     NonFiniteError,
     check_block_inputs,
@@ -78,44 +56,72 @@ from refimpl.validation import (
 __all__ = ["GAT", "GATLayerCache", "GATModelCache"]
 
 
-class GATLayerCache(NamedTuple):
-    """One layer's caches, one per forward step."""
-
-    input_dropout: DropoutCache  # F1 (its mask, or None outside training)
-    conv: GATCache  # F2
-    residual: LinearCache | None  # F3; None without residual
-    norm: PairNormCache | None  # F4; None without pairnorm and on the last layer
-    activation: Any  # F5 activation cache; None on the last layer
-
-
-class GATModelCache(NamedTuple):
-    """What :meth:`GAT.backward` reads: the per-layer caches, layer 0 first."""
-
-    layers: tuple[GATLayerCache, ...]
-
-    @property
-    def noise(self) -> dict[str, Any]:
-        """The dropout keep-masks used, as ``GAT.forward(noise=...)`` takes them.
-
-        Only masks actually drawn appear (none in evaluation or for ``p = 0``).
-        """
-        noise = {}
-        for i, layer in enumerate(self.layers):
-            for key, mask in (
-                ("input_mask", layer.input_dropout.mask),
-                ("attn_mask", layer.conv.dropout_cache.mask),
-            ):
-                if mask is not None:
-                    noise[f"layer{i}.{key}"] = mask
-        return noise
-
-
 @dataclass(frozen=True)
 class GAT:
-    """``num_layers`` GATConv layers with activation, dropout and optional residuals.
+    r"""A deep GAT: ``num_layers`` :class:`~refimpl.nn.GATConv` layers with dropout, activation
+    and optional residuals and PairNorm (the network of GAT-balance Def. 2.1).
 
-    See the module docstring for the equations (GAT-balance Def. 2.1, Eq. 1-2),
-    parameter names and the order of random draws.
+    Layer $l = 1, \dots, L$ maps $\mathbf{h}^{l-1}$ (width $n_{l-1}$, $\mathbf{h}^0 =
+    \mathbf{x}$) to $\mathbf{h}^l$ (width $n_l$) by GAT-balance (Mustafa et al. 2023) Eq. (1):
+
+    $$
+    \mathbf{h}^l = \phi\big(\operatorname{PN}(\operatorname{GATConv}_l(\mathbf{d}^l)
+    + \mathbf{d}^l \mathbf{W}_{res}^{l\top})\big),
+    \qquad
+    \mathbf{d}^l = \operatorname{Dropout}(\mathbf{h}^{l-1})
+    $$
+
+    with the skip only with ``residual`` and PairNorm (Zhao & Akoglu 2020; the GAT-Pn
+    baseline of LipschitzNorm Table 1) only with ``pairnorm``. Hidden layers concatenate their
+    $H_l$ heads ($n_l = H_l C$), or average them ($n_l = C$, GAT-balance Thm 6.4); the last
+    averages its heads and has no PN or $\phi$ (as PyG's ``GAT``): its output is logits.
+
+    Parameters
+    ----------
+    in_channels : int
+        $n_0$, the input features.
+    hidden_channels : int
+        $C$, the width per head of the hidden layers.
+    out_channels : int
+        $n_L$, the logits.
+    num_layers : int
+        $L \ge 1$; 1 is a single layer from input to logits.
+    heads : int or sequence of int, default 1
+        $H_l$: one count for every layer, or one per layer.
+    version : {"v1", "v2"}, default "v2"
+        Every layer's score; GAT-balance's GAT is GATv2 (its footnote 1).
+    share_weights : bool, default True
+        $\mathbf{W}_s = \mathbf{W}_t$ (v2), as GAT-balance Def. 2.1.
+    bias : bool, default False
+        Every layer's output bias (Def. 2.1 has none).
+    activation : {"relu", "leaky_relu", "elu", "identity"}, default "relu"
+        $\phi$, between layers.
+    activation_slope : float, default 0.01
+        $\phi$'s negative slope for ``"leaky_relu"`` (PyTorch's default).
+    dropout : float, default 0.0
+        Dropout probability in $[0, 1)$ on every layer's input (the GAT paper: 0.6).
+    attn_dropout : float, default 0.0
+        Dropout probability on the attention coefficients (GATConv's ``dropout``; 0.6).
+    residual : bool, default False
+        The skip $\mathbf{d}^l \mathbf{W}_{res}^{l\top}$ (``layer{l}.res_W``), zero at init.
+    negative_slope : float, default 0.2
+        The attention's LeakyReLU slope (the GAT paper; PyG's default).
+    add_self_loops : bool, default True
+        Every layer replaces the self-loops by one per node (PyG's default).
+    concat : bool, default True
+        Hidden layers concatenate their heads; False averages them.
+    lipschitz_norm : {None, "paper", "reference-code"}, default None
+        Every layer's scores normalised by LipschitzNorm (:class:`~refimpl.nn.GATConv`).
+    pairnorm : {None, "PN", "PN-SI", "PN-SCS"}, default None
+        :class:`~refimpl.nn.PairNorm` (PyG's defaults) on hidden layers, before $\phi$.
+
+    Shapes
+    ------
+    - **input**: ``x`` $(N, n_0)$; ``graph`` with $E$ edges on $N$ nodes
+    - **output**: logits $(N, n_L)$
+    - **backward**: ``d_logits`` $(N, n_L)$; returns ``d_x`` $(N, n_0)$ and ``d_params``
+    - **params**: one flat dict ``layer{l}.{name}`` ($l$ from 0, ``name`` as
+      ``GATConv.param_shapes``), then ``layer{l}.res_W`` $(n_l, n_{l-1})$ with ``residual``
     """
 
     in_channels: int  # n_0, input features
@@ -284,8 +290,9 @@ class GAT:
         phi: Any,
     ) -> tuple[Any, GATLayerCache]:
         """Steps F1-F5 of :meth:`forward` for layer ``i``: ``(h_next, cache)``."""
-        # F1 input dropout (N, n_{l-1})
-        h_in, dropout_cache = Dropout(self.dropout).forward(
+        # F1 input dropout (N, n_{l-1}); h is x, checked in forward, or the previous layer's
+        # output, checked for overflow there: not checked again
+        h_in, dropout_cache = Dropout(self.dropout).forward_unchecked(
             {}, h, training=training, rng=rng, mask=noise.get(f"layer{i}.input_mask")
         )
         # F2 attention and aggregation, GAT-balance Eq. 1-2 before phi (N, n_l)

@@ -1,29 +1,12 @@
 """``NodeFormer``: the node classifier of Wu et al. (2022), App. C, with hand-written backward.
 
 The model of the authors' ``NodeFormer`` class (github.com/qitianwu/NodeFormer,
-``nodeformer.py``, without its ``use_jk`` option), ``D = hidden_channels``::
-
-    F1  h     = x W_in^T + b_in                  (N, D)  input MLP: one Linear (Sec. 4)
-    F2  h     = LayerNorm(h)                     per node; the code's ``use_bn`` is a LayerNorm
-    F3  h     = ELU(h)                           App. C.1: ELU "only used for input MLP"
-    F4  h^0   = Dropout(h)
-        for l = 0 .. L-1 (parameters ``layer{l}.*``):
-    F5  z     = NodeFormerConv_l(h^l)            (N, D)  Alg. 1, Eq. 7-8; D -> D, ``heads`` heads
-    F6  z     = z + h^l                          residual=True (code: ``use_residual``)
-    F7  z     = LayerNorm_l(z)                   layer_norm=True (code: ``use_bn``)
-    F8  z     = ELU(z)                           activation=True (code: ``use_act``; App. C.1: off)
-    F9  h^l+1 = Dropout(z)
-    F10 out   = h^L W_out^T + b_out              (N, out_channels) logits: the one-layer
-                                                 output MLP of Sec. 4
-
-Objective (Sec. 3.4): ``L = L_s + lambda L_e`` with ``L_e = (1/L) sum_l L_e^(l)``,
-each layer's Eq. 10 from its forward cache (:class:`refimpl.nn.NodeFormerEdgeLoss`,
-``edge_loss_convention``), computed in training only (the code:
-``loss -= lamda * sum(link_loss_) / len(link_loss_)``). ``L_e`` depends on the
-layer's input and its ``W_q, b_q, W_k, b_k``, so :meth:`NodeFormer.backward`
-returns the gradient of ``<d_logits, logits> + lambda L_e``: the model's training
-objective once ``d_logits`` is that of ``L_s``. ``cache.edge_loss`` holds ``L_e``
-(unweighted) and :meth:`NodeFormer.auxiliary_loss` ``lambda L_e``.
+``nodeformer.py``, without its ``use_jk`` option); the class docstring states it, its
+arguments and shapes. Forward steps: F1-F4 the input MLP (ELU: App. C.1, "only used for
+input MLP"), F5-F9 each layer (conv, residual, LayerNorm, ELU, dropout), F10 the output map.
+The edge loss (the code: ``loss -= lamda * sum(link_loss_) / len(link_loss_)``) reads each
+layer's input and ``W_q, b_q, W_k, b_k``: :meth:`NodeFormer.backward` returns the gradient of
+``<d_logits, logits> + lambda L_e``, the objective once ``d_logits`` is that of ``L_s``.
 
 Randomness (docs/design.md). Keys of ``noise`` and ``cache.noise``, drawn from ``rng`` in
 this order when not given: ``input.dropout`` ``(N, D)`` keep-mask; then per layer
@@ -34,23 +17,13 @@ and ``use_gumbel``; projections always. In evaluation without ``rng`` or a given
 projection, layer ``l`` uses ``draw_projection(default_rng([eval_seed, l]), ...)``,
 the same every call: evaluation (and model selection on it) is deterministic.
 The code instead redraws ``omega`` at every call from a seed taken from ``sum(q)``.
-
-Parameters, in order: ``input.W (D, in)``, ``input.b``, ``input_norm.weight``,
-``input_norm.bias``, per layer ``layer{l}.{NodeFormerConv names}`` then
-``layer{l}.norm.weight``, ``layer{l}.norm.bias`` (``layer_norm``), ``output.W
-(out, D)``, ``output.b``. ``init_params(init="xavier")``: Glorot-uniform weights,
-zero biases, LayerNorm ones and zeros, the conv's own ``b_rel``.
-
-Defaults follow the authors' Cora run (``run.sh``): ``D = 32``, 2 layers, 4 heads,
-``m = 30``, ``K = 10``, ``tau = 0.25``, sigmoid relational bias of order 2,
-``lambda = 1``, residual and LayerNorm on, no activation after the convs, no dropout.
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -63,14 +36,11 @@ from refimpl.fields import (
     check_probability,
 )
 from refimpl.graph import Graph
-from refimpl.nn.nodeformer.conv import NodeFormerCache, NodeFormerConv
-from refimpl.nn.nodeformer.edge_loss import (
-    EDGE_LOSS_CONVENTIONS,
-    EdgeLossCache,
-    NodeFormerEdgeLoss,
-)
+from refimpl.models.nodeformer_cache import NodeFormerLayerCache, NodeFormerModelCache
+from refimpl.nn.nodeformer.conv import NodeFormerConv
+from refimpl.nn.nodeformer.edge_loss import EDGE_LOSS_CONVENTIONS, NodeFormerEdgeLoss
 from refimpl.nn.nodeformer.random_features import draw_projection
-from refimpl.nn.norms.layernorm import LayerNorm, LayerNormCache
+from refimpl.nn.norms.layernorm import LayerNorm
 from refimpl.nn.stacks import (
     accumulate_grads,
     block_backward,
@@ -78,40 +48,93 @@ from refimpl.nn.stacks import (
     init_flat_params,
     split_params,
 )
-from refimpl.ops.activations import ELU, ELUCache
+from refimpl.ops.activations import ELU
 from refimpl.ops.dropout import Dropout, DropoutCache, recorded_dropout
-from refimpl.ops.linear import Linear, LinearCache
+from refimpl.ops.linear import Linear
 from refimpl.validation import NonFiniteError, check_block_inputs, check_cotangent, check_rng
 
 __all__ = ["NodeFormer", "NodeFormerLayerCache", "NodeFormerModelCache"]
 
 
-class NodeFormerLayerCache(NamedTuple):
-    """One conv layer's caches (F5-F9); None for a step that is switched off."""
-
-    conv: NodeFormerCache  # F5
-    edge_loss: EdgeLossCache | None  # L_e^(l); None outside training or with lambda = 0
-    norm: LayerNormCache | None  # F7
-    activation: ELUCache | None  # F8
-    dropout: DropoutCache  # F9
-
-
-class NodeFormerModelCache(NamedTuple):
-    """What :meth:`NodeFormer.backward` reads."""
-
-    input_linear: LinearCache  # F1
-    input_norm: LayerNormCache  # F2
-    input_activation: ELUCache  # F3
-    input_dropout: DropoutCache  # F4
-    layers: tuple[NodeFormerLayerCache, ...]  # F5-F9 per layer
-    output: LinearCache  # F10
-    edge_loss: Any  # L_e = mean over layers of Eq. 10 (0-d array); None if not computed
-    noise: dict[str, Any]  # the draws used, as forward(noise=...) takes them
-
-
 @dataclass(frozen=True)
 class NodeFormer:
-    """Input MLP, ``num_layers`` NodeFormerConv layers, output MLP; see the module docstring."""
+    r"""NodeFormer (Wu et al. 2022): input MLP, ``num_layers`` :class:`~refimpl.nn.NodeFormerConv`
+    layers, output MLP, and the edge-level loss.
+
+    With $D$ = ``hidden_channels``, LN a LayerNorm, and layers $l = 0, \dots, L - 1$ (App. C;
+    the layer is NodeFormer Alg. 1, Eq. (7)-(8)):
+
+    $$
+    \begin{gathered}
+    \mathbf{h}^0 = \operatorname{Dropout}(\operatorname{ELU}(\operatorname{LN}(
+    \mathbf{W}_{in} \mathbf{x} + \mathbf{b}_{in}))) \\
+    \mathbf{h}^{l+1} = \operatorname{Dropout}(\operatorname{ELU}(\operatorname{LN}_l(
+    \operatorname{NodeFormerConv}_l(\mathbf{h}^l) + \mathbf{h}^l)))
+    \end{gathered}
+    $$
+
+    (residual, LN and ELU each as configured) and logits $\mathbf{W}_{out} \mathbf{h}^L +
+    \mathbf{b}_{out}$. The training objective is $\mathcal{L}_s + \lambda \mathcal{L}_e$
+    (Sec. 3.4, Eq. (9)-(10)), $\mathcal{L}_e = \frac{1}{L} \sum_l \mathcal{L}_e^{(l)}$ the
+    mean of each layer's Eq. (10) (:class:`~refimpl.nn.NodeFormerEdgeLoss`): ``cache.edge_loss``
+    holds $\mathcal{L}_e$, :meth:`auxiliary_loss` $\lambda \mathcal{L}_e$. The defaults are
+    the authors' Cora run (``run.sh``).
+
+    Parameters
+    ----------
+    in_channels : int
+        $F$, the input features.
+    hidden_channels : int, default 32
+        $D$, the width of every layer (and of each head).
+    out_channels : int, default 2
+        The classes (logits).
+    num_layers : int, default 2
+        $L$, the conv layers.
+    heads : int, default 4
+        Heads per conv layer.
+    num_random_features : int, default 30
+        $m$ of every conv layer.
+    tau : float, default 0.25
+        The temperature $\tau > 0$.
+    num_samples : int, default 10
+        $K$, Gumbel samples per head.
+    use_gumbel : bool, default True
+        Gumbel noise in training (never in evaluation).
+    relational_bias : {None, "sigmoid", "identity"}, default "sigmoid"
+        The conv layers' relational bias (:class:`~refimpl.nn.NodeFormerConv`).
+    rb_order : int, default 2
+        $r$, its orders.
+    rb_powers : {"paper", "authors"}, default "paper"
+        Its matrices $\mathbf{A}_j$ (:class:`~refimpl.nn.NodeFormerConv`).
+    qk_scale : {"paper", "sqrt_d"}, default "paper"
+        The factor on queries and keys (:class:`~refimpl.nn.NodeFormerConv`).
+    projection : {"orthogonal", "iid"}, default "orthogonal"
+        How each layer's $\boldsymbol{\omega}$ is drawn.
+    residual : bool, default True
+        Add the layer's input to its output (the code's ``use_residual``).
+    layer_norm : bool, default True
+        LayerNorm after each conv layer (the code's ``use_bn``).
+    activation : bool, default False
+        ELU after each conv layer (the code's ``use_act``; App. C.1 off, C.2 on).
+    dropout : float, default 0.0
+        Dropout probability in $[0, 1)$ after the input MLP and after every layer.
+    edge_loss_weight : float, default 1.0
+        $\lambda \ge 0$ (Sec. 3.4); 0 switches the edge loss off.
+    edge_loss_convention : {"paper", "authors"}, default "paper"
+        How $\mathcal{L}_e^{(l)}$ is computed (:class:`~refimpl.nn.NodeFormerEdgeLoss`).
+    eval_seed : int, default 0
+        Seeds the fixed projections of an evaluation without ``rng`` (module docstring).
+
+    Shapes
+    ------
+    - **input**: ``x`` $(N, F)$; ``graph`` on $N$ nodes; ``noise`` as ``cache.noise``
+    - **output**: logits $(N, \text{out\_channels})$; ``cache.noise`` the draws used
+    - **backward**: ``d_logits`` as the logits; returns ``d_x`` $(N, F)$ and ``d_params``
+    - **params**, in order: ``input.W`` $(D, F)$, ``input.b``, ``input_norm.weight``,
+      ``input_norm.bias``, per layer ``layer{l}.`` and the conv's names, then
+      ``layer{l}.norm.weight``, ``.bias`` (``layer_norm``); ``output.W``
+      $(\text{out\_channels}, D)$, ``output.b``
+    """
 
     in_channels: int
     hidden_channels: int = 32  # D
@@ -186,7 +209,7 @@ class NodeFormer:
 
     # -- parameters --------------------------------------------------------------------
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
-        """Flat names ``{block}.{name}`` and shapes, in order (module docstring)."""
+        """Flat names ``{block}.{name}`` and shapes, in order (the class docstring's Shapes)."""
         return flat_param_shapes(self.blocks)
 
     def _sub(self, params: dict[str, Any], prefix: str) -> dict[str, Any]:
@@ -200,7 +223,8 @@ class NodeFormer:
         backend: str | None = None,
         dtype: Any = np.float64,
     ) -> dict[str, Any]:
-        """Each block's own initialisation, drawn from ``rng`` in parameter order."""
+        """Each block's own initialisation (Glorot-uniform weights, zero biases, LayerNorm ones
+        and zeros, the conv's ``b_rel``), drawn from ``rng`` in parameter order."""
         if init != "xavier":
             raise ValueError(
                 f"NodeFormer supports init='xavier' only (Glorot-uniform weights, as the "

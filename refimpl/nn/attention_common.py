@@ -38,20 +38,44 @@ __all__ = [
 
 
 def softmax_rows(scores: Any) -> Any:
-    """Row-wise softmax (Eq. 3), shifted by the row max for stability (m, n)."""
+    """Row-wise softmax (LipschitzNorm Eq. 3), shifted by the row max for stability (m, n).
+
+    Parameters
+    ----------
+    scores : array, (m, n)
+        The scores; each row is normalised over its ``n`` entries.
+    """
     xp = get_array_module(scores)
     exp = xp.exp(scores - xp.max(scores, axis=1, keepdims=True))
     return exp / xp.sum(exp, axis=1, keepdims=True)
 
 
 def softmax_rows_derivative(probabilities: Any, d: Any) -> Any:
-    """``(diag(p) - p p^T) d`` per row: the jvp and (the Jacobian being symmetric) the vjp."""
+    """``(diag(p) - p p^T) d`` per row: the jvp and (the Jacobian being symmetric) the vjp.
+
+    Parameters
+    ----------
+    probabilities : array, (m, n)
+        ``p``, the softmax's output.
+    d : array, (m, n)
+        The tangent (jvp) or the cotangent (vjp).
+    """
     xp = get_array_module(d)
     return probabilities * (d - xp.sum(probabilities * d, axis=1, keepdims=True))
 
 
 def positive_int(owner: str, name: str, value: Any) -> None:
-    """:func:`refimpl.fields.check_positive_int` for ``owner``'s field ``name``."""
+    """:func:`refimpl.fields.check_positive_int` for ``owner``'s field ``name``.
+
+    Parameters
+    ----------
+    owner : str
+        The class named in the message.
+    name : str
+        The field's name.
+    value : object
+        Its value.
+    """
     check_positive_int(value, f"{owner} {name}")
 
 
@@ -60,7 +84,21 @@ def project(
 ) -> list[Any]:
     """``[f (x W_{name}^T + b_{name}) for each name]`` (``b`` with ``bias``; ``f`` from
     ``factors``, 1 where not given): (N, in) -> [(N, out)], by :func:`affine_maps` with
-    ``f W`` and ``f b`` (the factor costs no pass over the rows)."""
+    ``f W`` and ``f b`` (the factor costs no pass over the rows).
+
+    Parameters
+    ----------
+    params : dict
+        Holds ``W_{name}`` (out, in) and, with ``bias``, ``b_{name}`` (out,).
+    names : sequence of str
+        The maps, e.g. ``"qkv"``.
+    x : array, (N, in)
+        The input.
+    bias : bool
+        Add the biases.
+    factors : sequence of float, default ()
+        ``f`` per map, 1 where not given.
+    """
     maps = _scaled_maps(names, factors)
     weights = [_scaled(params[f"W_{name}"], f) for name, f in maps]
     biases = [_scaled(params[f"b_{name}"], f) for name, f in maps] if bias else None
@@ -80,7 +118,19 @@ def project_backward(
     """Adjoint of :func:`project` for ``d_ys[i]`` (N, ..., reshaped to (N, out)): fills
     ``d_params`` with ``W_{name}`` (and ``b_{name}`` with ``bias``) and returns ``d_x (N,
     in)`` (None without ``input_grad``). With the factor ``f``: ``d_W = f d_y^T x``, ``d_b =
-    f sum(d_y)``, ``d_x = sum_i d_y_i (f_i W_i)``."""
+    f sum(d_y)``, ``d_x = sum_i d_y_i (f_i W_i)``.
+
+    Parameters
+    ----------
+    params, names, x, bias, factors
+        As given to :func:`project`.
+    d_ys : sequence of array
+        The gradient of each output, ``(N, ...)``.
+    d_params : dict
+        Filled in place with the maps' gradients.
+    input_grad : bool, default True
+        Compute ``d_x``.
+    """
     maps = _scaled_maps(names, factors)
     weights = [_scaled(params[f"W_{name}"], f) for name, f in maps]
     # (N, out), the width spelled out: -1 cannot be resolved for N = 0 (the empty graph)
@@ -105,6 +155,17 @@ def _scaled(array: Any, factor: float) -> Any:
 
 
 def check_normalization(owner: str, value: Any, allowed: tuple) -> None:
+    """Raise a ValueError naming ``owner`` unless ``value`` is one of ``allowed``.
+
+    Parameters
+    ----------
+    owner : str
+        The class named in the message.
+    value : object
+        The ``normalization`` given.
+    allowed : tuple
+        The accepted values.
+    """
     if value not in allowed:
         raise ValueError(
             f"{owner} normalization must be one of {', '.join(map(repr, allowed))}, got {value!r}"
@@ -112,6 +173,15 @@ def check_normalization(owner: str, value: Any, allowed: tuple) -> None:
 
 
 def check_alpha(owner: str, alpha: Any) -> None:
+    """Raise a ValueError naming ``owner`` unless ``alpha`` is a finite real ``>= 0``.
+
+    Parameters
+    ----------
+    owner : str
+        The class named in the message.
+    alpha : object
+        Eq. 15's bound as given.
+    """
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.floating, np.integer)):
         raise ValueError(f"{owner} alpha must be a real number >= 0, got {alpha!r}")
     if not (math.isfinite(alpha) and alpha >= 0):
@@ -121,7 +191,17 @@ def check_alpha(owner: str, alpha: Any) -> None:
 
 
 def check_x(x: Any, rows: int, owner: str) -> Any:
-    """``x`` is a finite float ``(rows, n)`` array with ``n >= 1``; returns its module."""
+    """``x`` is a finite float ``(rows, n)`` array with ``n >= 1``; returns its module.
+
+    Parameters
+    ----------
+    x : array, (rows, n)
+        The input, one vector per column.
+    rows : int
+        The rows it must have.
+    owner : str
+        The class named in the messages.
+    """
     shape = getattr(x, "shape", None)
     if shape is not None and len(shape) == 2 and shape[0] != rows and shape[1] == rows:
         raise ValueError(
@@ -135,6 +215,22 @@ def check_x(x: Any, rows: int, owner: str) -> Any:
 
 
 def check_with_params(params: Any, shapes: dict, owner: str, x: Any, rows: int) -> Any:
+    """``params`` as ``shapes`` says and ``x`` as :func:`check_x`, on one backend and dtype;
+    returns the array module.
+
+    Parameters
+    ----------
+    params : dict
+        The block's parameters.
+    shapes : dict
+        Their names and shapes (``param_shapes()``).
+    owner : str
+        The class named in the messages.
+    x : array, (rows, n)
+        The input.
+    rows : int
+        The rows ``x`` must have.
+    """
     check_params(params, shapes, owner)
     xp = check_x(x, rows, owner)
     get_array_module(x, *params.values())  # TypeError if x and params are on two backends
@@ -143,6 +239,15 @@ def check_with_params(params: Any, shapes: dict, owner: str, x: Any, rows: int) 
 
 
 def check_tangent(d_x: Any, x: Any) -> None:
+    """A jvp's tangent ``d_x``: an array of ``x``'s shape, dtype and backend.
+
+    Parameters
+    ----------
+    d_x : array
+        The tangent.
+    x : array
+        The forward's input.
+    """
     check_array(d_x, "d_x", shape=tuple(x.shape))
     if d_x.dtype != x.dtype:
         raise TypeError(f"d_x has dtype {d_x.dtype} but the forward ran in {x.dtype}; cast d_x")
@@ -150,5 +255,16 @@ def check_tangent(d_x: Any, x: Any) -> None:
 
 
 def glorot(rng: np.random.Generator, shape: tuple, fan: tuple) -> np.ndarray:
+    """Glorot-uniform draws on the host: ``U(-b, b)``, ``b = sqrt(6 / (fan[0] + fan[1]))``.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        The generator drawn from.
+    shape : tuple of int
+        The array's shape.
+    fan : (int, int)
+        The two sizes the bound is taken from (``(out, in)`` of a weight).
+    """
     bound = math.sqrt(6.0 / (fan[0] + fan[1]))
     return rng.uniform(-bound, bound, size=shape)

@@ -27,7 +27,17 @@ __all__ = ["backward_checked", "check_overflow"]
 def check_overflow(values: Any, where: str, dtype: Any) -> None:
     """Every array in ``values`` (an array, or tuples, lists and dicts of them; None skipped)
     is finite, else :class:`NonFiniteError`: ``where`` (``"TransformerConv.forward: its
-    output"``) overflowed ``dtype``, computed from inputs checked finite before."""
+    output"``) overflowed ``dtype``, computed from inputs checked finite before.
+
+    Parameters
+    ----------
+    values : array, or tuples, lists and dicts of arrays
+        What the layer computed.
+    where : str
+        What is named in the message, e.g. ``"GATConv.forward: its output"``.
+    dtype : dtype
+        The dtype the layer ran in (the fix the message suggests depends on it).
+    """
     if not all(map(all_finite, _leaves(values))):
         raise _overflow(where, dtype)
 
@@ -35,7 +45,17 @@ def check_overflow(values: Any, where: str, dtype: Any) -> None:
 def backward_checked(backward: Callable[[], tuple], owner: str, dtype: Any) -> tuple[Any, Any]:
     """``backward()`` (``owner``'s backward steps on checked inputs and cotangent) and its
     ``(d_inputs, d_params)``, every gradient checked (:func:`check_overflow`); an inner block
-    that refused an overflowed cotangent first is reported as the same overflow."""
+    that refused an overflowed cotangent first is reported as the same overflow.
+
+    Parameters
+    ----------
+    backward : callable
+        The backward steps, called with no argument; returns ``(d_inputs, d_params)``.
+    owner : str
+        The layer named in the message.
+    dtype : dtype
+        The dtype the layer ran in.
+    """
     where = f"{owner}.backward: a gradient"
     with np.errstate(over="ignore", invalid="ignore"):  # reported below, in one line
         try:

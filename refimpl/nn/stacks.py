@@ -32,7 +32,13 @@ __all__ = [
 
 
 def flat_param_shapes(blocks: dict[str, Any]) -> dict[str, tuple[int, ...]]:
-    """``{prefix}.{name}`` and shape of every block's parameters, in block order."""
+    """``{prefix}.{name}`` and shape of every block's parameters, in block order.
+
+    Parameters
+    ----------
+    blocks : dict
+        The stack's parameterised blocks by prefix, in parameter order.
+    """
     return {
         f"{prefix}.{name}": shape
         for prefix, block in blocks.items()
@@ -43,7 +49,19 @@ def flat_param_shapes(blocks: dict[str, Any]) -> dict[str, tuple[int, ...]]:
 def init_flat_params(
     blocks: dict[str, Any], rng: np.random.Generator, backend: str | None, dtype: Any
 ) -> dict[str, Any]:
-    """Each block's own ``init_params``, drawn from ``rng`` in block order, flattened."""
+    """Each block's own ``init_params``, drawn from ``rng`` in block order, flattened.
+
+    Parameters
+    ----------
+    blocks : dict
+        The stack's parameterised blocks by prefix, in parameter order.
+    rng : numpy.random.Generator
+        The generator every block draws from, in block order.
+    backend : str or None
+        The array backend of the parameters (None: the current one).
+    dtype : dtype
+        Their dtype.
+    """
     return {
         f"{prefix}.{name}": value
         for prefix, block in blocks.items()
@@ -53,7 +71,13 @@ def init_flat_params(
 
 def flat_state_shapes(blocks: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     """``{prefix}.{name}`` and shape of the state beside the parameters (BatchNorm's running
-    statistics) of every block that has some (``state_shapes()``), in block order."""
+    statistics) of every block that has some (``state_shapes()``), in block order.
+
+    Parameters
+    ----------
+    blocks : dict
+        The stack's parameterised blocks by prefix, in parameter order.
+    """
     return {
         f"{prefix}.{name}": shape
         for prefix, block in blocks.items()
@@ -63,7 +87,17 @@ def flat_state_shapes(blocks: dict[str, Any]) -> dict[str, tuple[int, ...]]:
 
 
 def init_flat_state(blocks: dict[str, Any], backend: str | None, dtype: Any) -> dict[str, Any]:
-    """Each stateful block's own ``init_state``, flattened as :func:`flat_state_shapes`."""
+    """Each stateful block's own ``init_state``, flattened as :func:`flat_state_shapes`.
+
+    Parameters
+    ----------
+    blocks : dict
+        The stack's parameterised blocks by prefix, in parameter order.
+    backend : str or None
+        The array backend of the state (None: the current one).
+    dtype : dtype
+        Its dtype.
+    """
     return {
         f"{prefix}.{name}": value
         for prefix, block in blocks.items()
@@ -73,7 +107,17 @@ def init_flat_state(blocks: dict[str, Any], backend: str | None, dtype: Any) -> 
 
 
 def split_params(blocks: dict[str, Any], params: dict[str, Any], prefix: str) -> dict[str, Any]:
-    """The parameters of ``blocks[prefix]`` under the block's own names."""
+    """The parameters of ``blocks[prefix]`` under the block's own names.
+
+    Parameters
+    ----------
+    blocks : dict
+        The stack's parameterised blocks by prefix, in parameter order.
+    params : dict
+        The flat parameters, ``{prefix}.{name}`` keys.
+    prefix : str
+        The block's prefix.
+    """
     return {name: params[f"{prefix}.{name}"] for name in blocks[prefix].param_shapes()}
 
 
@@ -82,6 +126,15 @@ def accumulate_grads(d_params: dict[str, Any], prefix: str, grads: dict[str, Any
 
     A new key takes the gradient as is; a key already present becomes
     ``d_params[key] + grad`` (a new array, the earlier term first).
+
+    Parameters
+    ----------
+    d_params : dict
+        The flat gradients collected so far; updated in place.
+    prefix : str
+        The block's prefix.
+    grads : dict
+        The block's gradients under its own names.
     """
     for name, grad in grads.items():
         key = f"{prefix}.{name}"
@@ -103,6 +156,23 @@ def block_backward(
     ``kwargs`` go to the block's backward (e.g. ``input_grad=False``). A non-finite
     cotangent (an overflow further down the backward) is reported with the block's name,
     as the models' forward names the layer that overflowed.
+
+    Parameters
+    ----------
+    blocks : dict
+        The stack's parameterised blocks by prefix, in parameter order.
+    params : dict
+        The flat parameters.
+    prefix : str
+        The block's prefix.
+    cache : object
+        The block's forward cache.
+    d_out : array
+        The gradient of the block's output.
+    d_params : dict
+        The flat gradients collected so far; updated in place.
+    **kwargs
+        Passed to the block's backward.
     """
     try:
         d_input, grads = blocks[prefix].backward(

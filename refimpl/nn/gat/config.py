@@ -27,7 +27,13 @@ _FLAGS = ("concat", "share_weights", "add_self_loops", "bias", "residual", "proj
 def check_config(conv: Any) -> Any:
     """Raise on a configuration ``conv`` (a ``GATConv``) cannot have; returns its
     ``fill_value`` as stored (:func:`refimpl.ops.loop_fill.check_fill_value`). Flags are
-    stored as Python bools."""
+    stored as Python bools.
+
+    Parameters
+    ----------
+    conv : GATConv
+        The layer being constructed (its flags are normalised in place).
+    """
     for name in _FLAGS:  # first: "False" would pass every check below as true
         object.__setattr__(conv, name, check_bool(getattr(conv, name), f"GATConv {name}"))
     for name in ("out_channels", "heads"):
@@ -96,7 +102,21 @@ def check_inputs(
     conv: Any, params: dict[str, Any], x: Any, graph: Graph, edge_attr: Any = None
 ) -> Graph:
     """``GATConv.forward``'s inputs (a sparse ``x`` or side whole, before any kernel reads it:
-    :func:`~refimpl.validation.check_sparse_input`); returns the graph the layer attends over."""
+    :func:`~refimpl.validation.check_sparse_input`); returns the graph the layer attends over.
+
+    Parameters
+    ----------
+    conv : GATConv
+        The layer.
+    params : dict
+        Its parameters, checked against ``conv.param_shapes()``.
+    x : array, sparse CSR matrix, or a pair of them
+        The input features, ``(N, F)`` or ``(x_src, x_dst)``.
+    graph : Graph
+        The graph given to ``forward``.
+    edge_attr : array, (E, D), optional
+        The edge features, with ``edge_dim`` only.
+    """
     f_src, f_dst = conv.in_sizes
     shapes = conv.param_shapes()
     if isinstance(x, tuple):  # bipartite: (x_src, x_dst), one row per node of each set

@@ -1,67 +1,10 @@
-"""``GATConv``: graph attention, GATv1 (Velickovic et al. 2018) and GATv2 (Brody et al. 2022).
-
-For a target node ``v`` with incoming neighbourhood ``N(v) = {u : (u, v) in E}``
-and each head (GAT-balance Eq. 1-2, per head, before the activation ``phi``
-that the model applies between layers):
-
-    out_v   = sum_{u in N(v)} alpha_uv * W_s h_u                    (Eq. 1)
-    alpha_uv = softmax over u in N(v) of e_uv                       (Eq. 2)
-    v1: e_uv = LeakyReLU(att_src . W h_u + att_dst . W h_v)         (W_s = W_t = W)
-    v2: e_uv = att . LeakyReLU(W_s h_u + W_t h_v)                   (GAT-balance Eq. 2)
-
-Heads are concatenated (``concat=True``) or averaged; with ``residual=True`` the input's
-projection ``x_v W_res^T`` is added (PyG's ``residual``: a linear skip without bias, from
-PyG 2.6), then the bias; attention dropout acts on ``alpha`` in training.
-
-PyG's options beyond the papers, each off by default so the papers' form stays the default:
-
-* ``edge_dim``: edge features ``a_uv`` (E, edge_dim) enter the score, v1 as
-  ``+ att_edge . W_e a_uv`` inside the LeakyReLU, v2 as ``+ W_e a_uv`` beside ``W_s h_u +
-  W_t h_v`` (:mod:`refimpl.nn.gat.v1`, :mod:`refimpl.nn.gat.v2`); the self-loops a layer
-  adds get the features ``fill_value`` makes (:mod:`refimpl.ops.loop_fill`; PyG's default
-  ``"mean"`` of each node's incoming edge features, whose gradient flows back into them);
-* ``projection_bias`` (v2): ``W_s h_u + b_s`` and ``W_t h_v + b_t``, PyG's
-  ``lin_l.bias`` and ``lin_r.bias``, present in every ``GATv2Conv(bias=True)``: the
-  biased ``W_s h_u + b_s`` is also the message.
-
-Parameters (rows of every ``W`` are the weights *incoming* to an output neuron,
-as in the papers), with PyTorch Geometric's names:
-
-=========  =========================  =============================================
-ours       shape                      PyG
-=========  =========================  =============================================
-v1 ``W``   ``(heads*out, in)``        ``GATConv.lin.weight`` (``lin_src`` before 2.5)
-``att_src`` ``(heads, out)``          ``GATConv.att_src`` ``(1, heads, out)``
-``att_dst`` ``(heads, out)``          ``GATConv.att_dst`` ``(1, heads, out)``
-v2 ``W_s`` ``(heads*out, in)``        ``GATv2Conv.lin_l.weight`` (source, "j")
-v2 ``W_t`` ``(heads*out, in)``        ``GATv2Conv.lin_r.weight``; absent if shared
-v2 ``att`` ``(heads, out)``           ``GATv2Conv.att`` ``(1, heads, out)``
-v2 ``b_s``  ``(heads*out,)``            ``lin_l.bias``; with ``projection_bias``
-v2 ``b_t``  ``(heads*out,)``            ``lin_r.bias``; with it, absent if shared
-``W_e``    ``(heads*out, edge_dim)``  ``lin_edge.weight``; with ``edge_dim``
-v1 ``att_edge`` ``(heads, out)``      ``att_edge`` ``(1, heads, out)``; with ``edge_dim``
-``W_res``  ``(heads*out, in)`` / ``(out, in)``  ``res.weight``; with ``residual=True``
-``bias``   ``(heads*out,)`` / ``(out,)``  ``bias``; absent when ``bias=False``
-=========  =========================  =============================================
-
-Edge semantics, as in PyG: with ``add_self_loops=True`` existing self-loops are
-removed and one loop per node is appended (``Graph.remove_self_loops().
-add_self_loops()``), so edge order is "original non-loop edges, then the loops
-of nodes 0..N-1"; duplicate edges each get their own coefficient; a node with
-no incoming edge (possible only without self-loops) aggregates to zero, so its
-output is the bias. The LeakyReLU derivative at exactly 0 is ``negative_slope``
-(PyTorch's convention).
-
-Differences from PyG: ``GATv2Conv(bias=True)`` is ``bias=True, projection_bias=True``
-here (the papers' ``W_s``, ``W_t`` have no bias); ``attention_weights`` returns the
-coefficients before dropout (PyG returns them after); ``edge_attr`` with ``edge_dim=None``,
-or none with ``edge_dim`` set, is refused (PyG ignores the one, GATv1 the other).
-"""
+"""``GATConv``: graph attention, GATv1 (Velickovic et al. 2018) and GATv2 (Brody et al. 2022);
+the class docstring states its equations (GAT-balance Eq. 1-2), arguments, shapes, PyG names."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -70,43 +13,122 @@ from refimpl.fields import check_bool
 from refimpl.graph import Graph, with_configured_self_loops
 from refimpl.kernels.segment import segment_softmax, segment_softmax_backward
 from refimpl.nn.gat import v1, v2
+from refimpl.nn.gat.cache import GATCache
 from refimpl.nn.gat.config import check_config, check_inputs
 from refimpl.nn.gat.transform import input_sides, transform, transform_backward
 from refimpl.nn.overflow import backward_checked, check_overflow
 from refimpl.ops.dropout import Dropout
 from refimpl.ops.linear import weight_gradient
-from refimpl.ops.loop_fill import (
-    LoopFillCache,
-    fill_self_loops,
-    fill_self_loops_backward,
-)
+from refimpl.ops.loop_fill import fill_self_loops, fill_self_loops_backward
 from refimpl.ops.propagate import propagate, propagate_backward
 from refimpl.validation import check_cotangent, check_rng
 
 __all__ = ["GATCache", "GATConv"]
 
 
-class GATCache(NamedTuple):
-    """What ``GATConv.backward`` reads (``E`` counts the self-loops when added)."""
-
-    x: Any  # (N, in) input features; of a bipartite input (x_src, x_dst), x_src
-    graph: Graph  # the graph attended over (self-loops handled)
-    h_src: Any  # (N_src, H, C) the sources' transform (refimpl.nn.gat.transform)
-    h_dst: Any  # (N_dst, H, C) the targets'; the same array as h_src where one map of one x
-    score: v1.ScoreCache | v2.ScoreCache  # the version's score: pre, its branch, LipschitzNorm
-    alpha: Any  # (E, H) attention coefficients, before dropout
-    dropout_cache: Any  # attention-dropout cache (its mask, or None outside training)
-    alpha_dropped: Any  # (E, H) coefficients used in the aggregation
-    edge_attr: Any = None  # (E, edge_dim) edge features over the attended edges, or None
-    h_edge: Any = None  # (E, H, C) their projection W_e a, or None
-    loop_fill: LoopFillCache | None = None  # the added loops' features, with edge_dim
-    x_dst: Any = None  # (N_dst, F_dst) the targets' features of a bipartite input, or None
-    flat_edge_attr: bool = False  # edge_attr came as (E,) (edge_dim 1): d_edge_attr too
-
-
 @dataclass(frozen=True)
 class GATConv:
-    """One graph-attention layer; see the module docstring for the equations and names."""
+    r"""One graph-attention layer: GATv1 or GATv2 (PyG's ``GATConv``, ``GATv2Conv``).
+
+    For a target $v$ with incoming neighbours $\mathcal{N}(v) = \{u : (u, v) \in E\}$, per head
+    and before the model's activation (GAT-balance (Mustafa et al. 2023) Eq. (1)-(2); GAT
+    (Velickovic et al. 2018) Eq. (3)-(4)):
+
+    $$
+    \mathbf{x}'_v = \sum_{u \in \mathcal{N}(v)} \alpha_{uv} \mathbf{W}_s \mathbf{x}_u,
+    \qquad
+    \alpha_{uv} = \frac{\exp e_{uv}}{\sum_{k \in \mathcal{N}(v)} \exp e_{kv}}
+    $$
+
+    with GATv1's score (Velickovic et al. 2018 Eq. (3), $\mathbf{W}_s = \mathbf{W}_t =
+    \mathbf{W}$) or GATv2's (Brody et al. 2022 Eq. (7); GAT-balance Eq. (2)):
+
+    $$
+    \begin{gathered}
+    e_{uv} = \operatorname{LeakyReLU}(\mathbf{a}_s^\top \mathbf{W} \mathbf{x}_u
+    + \mathbf{a}_t^\top \mathbf{W} \mathbf{x}_v) \quad \text{(v1)} \\
+    e_{uv} = \mathbf{a}^\top \operatorname{LeakyReLU}(\mathbf{W}_s \mathbf{x}_u
+    + \mathbf{W}_t \mathbf{x}_v) \quad \text{(v2)}
+    \end{gathered}
+    $$
+
+    Heads are concatenated (Velickovic et al. 2018 Eq. (5)) or averaged (Eq. (6)), then
+    $\mathbf{x}_v \mathbf{W}_{res}^\top$ (``residual``) and the bias are added. Edge features
+    $\mathbf{a}_{uv}$ (``edge_dim``) add $\mathbf{a}_e^\top \mathbf{W}_e \mathbf{a}_{uv}$
+    inside v1's LeakyReLU, $\mathbf{W}_e \mathbf{a}_{uv}$ beside v2's $\mathbf{W}_s
+    \mathbf{x}_u$, as PyG; ``lipschitz_norm`` divides $e_{uv}$ by LipschitzNorm's
+    neighbour-wise denominator (Dasoulas et al. 2021 Eq. (17), Sec. 5).
+
+    Parameters
+    ----------
+    in_channels : int or (int, int)
+        $F$, the input width; a pair $(F_s, F_t)$ for a bipartite graph (PyG's tuple).
+    out_channels : int
+        $C$, the output width per head (PyG's ``out_channels``).
+    heads : int, default 1
+        $H$, the number of attention heads (PyG's ``heads``).
+    concat : bool, default True
+        Concatenate the heads ($H C$ outputs); False averages them ($C$). PyG's ``concat``.
+    version : {"v1", "v2"}, default "v1"
+        The score: ``"v1"`` is PyG's ``GATConv``, ``"v2"`` its ``GATv2Conv``.
+    share_weights : bool, default False
+        v2: $\mathbf{W}_t = \mathbf{W}_s$ (PyG's ``share_weights``). v1 has one $\mathbf{W}$.
+    negative_slope : float, default 0.2
+        LeakyReLU's slope below 0, $\ge 0$ ($\le 1$ with ``lipschitz_norm``). PyG's.
+    add_self_loops : bool, default True
+        Replace the graph's self-loops by one per node (PyG's ``add_self_loops``).
+    bias : bool, default True
+        Learn an additive output bias (PyG's ``bias``; for v2 see Notes).
+    dropout : float, default 0.0
+        Dropout probability in $[0, 1)$ of $\alpha$ in training (PyG's ``dropout``).
+    lipschitz_norm : {None, "paper", "reference-code"}, default None
+        LipschitzNorm as in the paper, or as in its authors' code (v1); not with ``edge_dim``.
+    residual : bool, default False
+        Add $\mathbf{x}_v \mathbf{W}_{res}^\top$ (no bias of its own; PyG 2.6's ``residual``).
+    edge_dim : int or None, default None
+        $D$, the edge features' width (PyG's ``edge_dim``); None takes no edge features.
+    fill_value : float, (D,) floats, {"mean", "add", "sum", "max", "min", "mul"} or None
+        Default ``"mean"``. The added self-loops' edge features, with ``edge_dim`` (PyG's
+        ``fill_value``): a constant, or a reduction of the node's incoming edge features
+        (differentiable); None fills ones (:mod:`refimpl.ops.loop_fill`).
+    projection_bias : bool, default False
+        v2: biases $\mathbf{b}_s, \mathbf{b}_t$ in $\mathbf{W}_s \mathbf{x}_u + \mathbf{b}_s$
+        and $\mathbf{W}_t \mathbf{x}_v + \mathbf{b}_t$ (PyG's ``lin_l.bias``, ``lin_r.bias``).
+
+    Shapes
+    ------
+    - **input**: ``x`` $(N, F)$ or a pair $((N_s, F_s), (N_t, F_t))$; ``graph`` with $E$
+      edges; ``edge_attr`` $(E, D)$, or $(E,)$ for $D = 1$ (with ``edge_dim`` only)
+    - **output**: $(N, H C)$ if ``concat`` else $(N, C)$ ($N_t$ rows for a pair)
+    - **backward**: ``d_out`` as the output; ``d_x`` as ``x``, or ``(d_x, d_edge_attr)``
+      with ``edge_dim``; ``d_params`` keyed as ``params``
+    - **attention_weights**: ``edge_index`` $(2, E')$, $\alpha$ $(E', H)$, $E'$ edges attended
+
+    Notes
+    -----
+    Parameters (:meth:`param_shapes`; row $i$ of a $\mathbf{W}$ holds the weights into
+    output neuron $i$, as in the papers) beside PyG's:
+
+    | ours | shape | PyG |
+    | --- | --- | --- |
+    | v1 ``W`` | $(H C, F)$ | ``GATConv.lin.weight`` (``lin_src`` before 2.5) |
+    | v1 ``att_src``, ``att_dst`` | $(H, C)$ | ``att_src``, ``att_dst`` $(1, H, C)$ |
+    | v2 ``W_s``, ``W_t`` | $(H C, F)$ | ``GATv2Conv.lin_l.weight``, ``lin_r.weight`` |
+    | v2 ``att`` | $(H, C)$ | ``att`` $(1, H, C)$ |
+    | v2 ``b_s``, ``b_t`` | $(H C,)$ | ``lin_l.bias``, ``lin_r.bias`` |
+    | ``W_e`` | $(H C, D)$ | ``lin_edge.weight`` |
+    | v1 ``att_edge`` | $(H, C)$ | ``att_edge`` $(1, H, C)$ |
+    | ``W_res`` | $(H C, F)$ or $(C, F)$ | ``res.weight`` |
+    | ``bias`` | $(H C,)$ or $(C,)$ | ``bias`` |
+
+    ``share_weights`` drops ``W_t``, ``b_t``; a bipartite v1 layer has ``W_s``, ``W_t``
+    (PyG's ``lin_src``, ``lin_dst``) for ``W``. Edges as in PyG: with ``add_self_loops``,
+    the non-loop edges in order, then one loop per node $0..N-1$; duplicates each get their
+    own $\alpha$; a node without incoming edges aggregates to zero. LeakyReLU's derivative at 0
+    is ``negative_slope`` (PyTorch's). Unlike PyG: ``GATv2Conv(bias=True)`` is ``bias=True,
+    projection_bias=True``; :meth:`attention_weights` gives $\alpha$ before dropout; an
+    ``edge_attr`` without ``edge_dim``, or none with it, is refused.
+    """
 
     in_channels: int
     out_channels: int  # C, per head

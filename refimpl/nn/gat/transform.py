@@ -3,14 +3,12 @@
 The *sources* ``u`` of the edges give the messages and the score's source half, the
 *targets* ``v`` the score's target half. Which weight each side reads (PyG's names):
 
-=================================  =======================  =======================
-layer                              sources: ``h_src``       targets: ``h_dst``
-=================================  =======================  =======================
-v1, ``in_channels`` an int         ``W x`` (lin)            ``W x`` (lin)
-v1, ``in_channels`` a pair         ``W_s x`` (lin_src)      ``W_t x`` (lin_dst)
-v2 with ``share_weights``          ``W_s x + b_s`` (lin_l)  ``W_s x + b_s`` (lin_r)
-v2                                 ``W_s x + b_s`` (lin_l)  ``W_t x + b_t`` (lin_r)
-=================================  =======================  =======================
+| layer | sources: ``h_src`` | targets: ``h_dst`` |
+| --- | --- | --- |
+| v1, ``in_channels`` an int | ``W x`` (lin) | ``W x`` (lin) |
+| v1, ``in_channels`` a pair | ``W_s x`` (lin_src) | ``W_t x`` (lin_dst) |
+| v2 with ``share_weights`` | ``W_s x + b_s`` (lin_l) | ``W_s x + b_s`` (lin_r) |
+| v2 | ``W_s x + b_s`` (lin_l) | ``W_t x + b_t`` (lin_r) |
 
 (``b_s``, ``b_t`` with ``projection_bias``.) The input is one array ``x (N, F)``, which both
 sides read, or a pair ``(x_src (N_src, F_src), x_dst (N_dst, F_dst))`` on a bipartite graph
@@ -36,13 +34,25 @@ __all__ = ["input_sides", "side_maps", "transform", "transform_backward"]
 
 
 def input_sides(x: Any) -> tuple[Any, Any]:
-    """``(x_src, x_dst)``: the pair as given, or one array for both (the same object)."""
+    """``(x_src, x_dst)``: the pair as given, or one array for both (the same object).
+
+    Parameters
+    ----------
+    x : array or (array, array)
+        ``GATConv.forward``'s input: ``(N, F)``, or ``(x_src, x_dst)`` on a bipartite graph.
+    """
     return (x[0], x[1]) if isinstance(x, tuple) else (x, x)
 
 
 def side_maps(conv: Any) -> tuple[tuple[str, str | None], tuple[str, str | None]]:
     """``((weight, bias), (weight, bias))`` of the sources and the targets: parameter names,
-    the bias None without ``projection_bias``."""
+    the bias None without ``projection_bias``.
+
+    Parameters
+    ----------
+    conv : GATConv
+        The layer (its ``version``, ``in_channels``, ``share_weights``, ``projection_bias``).
+    """
     if conv.version == "v1":
         if isinstance(conv.in_channels, tuple):
             return ("W_s", None), ("W_t", None)
@@ -55,7 +65,17 @@ def side_maps(conv: Any) -> tuple[tuple[str, str | None], tuple[str, str | None]
 
 def transform(conv: Any, params: dict[str, Any], x_src: Any, x_dst: Any) -> tuple[Any, Any]:
     """F1: ``(h_src (N_src, H, C), h_dst (N_dst, H, C))``; ``h_dst is h_src`` where one array
-    goes through one map."""
+    goes through one map.
+
+    Parameters
+    ----------
+    conv : GATConv
+        The layer.
+    params : dict
+        Its parameters (the maps of :func:`side_maps`).
+    x_src, x_dst : array or sparse CSR matrix, (N_src, F_src) and (N_dst, F_dst)
+        The sources' and the targets' features (:func:`input_sides`).
+    """
     source, target = side_maps(conv)
     h_src = _affine(conv, params, x_src, *source)
     if x_dst is x_src and target == source:
@@ -76,7 +96,25 @@ def transform_backward(
     """B1: fills ``d_params`` with the maps' gradients; returns ``(d_x_src, d_x_dst)``, or
     ``(d_x, None)`` where one array was given (both sides' terms summed), or ``(None,
     None)`` without ``input_grad``. ``d_h_dst`` None: both ends' gradients are in
-    ``d_h_src`` (``h_dst is h_src``)."""
+    ``d_h_src`` (``h_dst is h_src``).
+
+    Parameters
+    ----------
+    conv : GATConv
+        The layer.
+    params : dict
+        Its parameters.
+    x_src, x_dst : array or sparse CSR matrix, (N_src, F_src) and (N_dst, F_dst)
+        As given to :func:`transform`.
+    d_h_src : array, (N_src, H, C)
+        The gradient of ``h_src``.
+    d_h_dst : array, (N_dst, H, C), or None
+        The gradient of ``h_dst``; None where ``d_h_src`` holds both ends'.
+    d_params : dict
+        Filled in place: the maps' gradients, added to what it holds.
+    input_grad : bool
+        Compute the gradients of ``x_src`` and ``x_dst``.
+    """
     source, target = side_maps(conv)
     same_input = x_dst is x_src
     d_h_src = _flat(d_h_src)

@@ -42,11 +42,21 @@ __all__ = ["ScoreCache", "scores", "scores_backward"]
 
 
 class ScoreCache(NamedTuple):
-    """What :func:`scores_backward` reads, beside the layer's ``h_src`` and ``h_dst``."""
+    """What :func:`scores_backward` reads, beside the layer's ``h_src`` and ``h_dst``.
 
-    pre: Any  # (E, H) LeakyReLU input (after LipschitzNorm); kept to inspect kink distances
-    positive: Any  # (E, H) pre > 0, the LeakyReLU's branch
-    lipschitz: NeighbourNormCache | None  # with ``lipschitz_norm`` set
+    Attributes
+    ----------
+    pre : array, (E, H)
+        The LeakyReLU's input (after LipschitzNorm); kept to inspect kink distances.
+    positive : array, (E, H)
+        ``pre > 0``, the LeakyReLU's branch.
+    lipschitz : NeighbourNormCache or None
+        LipschitzNorm's cache, with ``lipschitz_norm`` set.
+    """
+
+    pre: Any
+    positive: Any
+    lipschitz: NeighbourNormCache | None
 
 
 def scores(
@@ -60,7 +70,31 @@ def scores(
     h_edge: Any = None,
 ) -> tuple[Any, ScoreCache]:
     """``e`` (E, H) from ``h_src = h_dst = W x`` (N, H, C) and, with edge features, their
-    projection ``h_edge = W_e a`` (E, H, C); and what the backward reads."""
+    projection ``h_edge = W_e a`` (E, H, C); and what the backward reads.
+
+    Parameters
+    ----------
+    params : dict
+        The layer's parameters; read here: ``att_src``, ``att_dst`` (H, C), ``att_edge``
+        (H, C) with edge features, and LipschitzNorm's.
+    h_src, h_dst : array, (N_s, H, C) and (N_t, H, C)
+        The sources' and the targets' transformed features.
+    src, dst : Segments
+        The edges' sources and targets (``E`` edges of the attended graph).
+    negative_slope : float
+        The LeakyReLU's slope below 0.
+    lipschitz_norm : {None, "paper", "reference-code"}
+        LipschitzNorm's form, applied before the LeakyReLU.
+    h_edge : array, (E, H, C), optional
+        The edge features' projection ``W_e a``; None without edge features.
+
+    Returns
+    -------
+    e : array, (E, H)
+        The scores.
+    cache : ScoreCache
+        What :func:`scores_backward` reads.
+    """
     # F2 per-node halves of the score (N, H), F3 their sum per edge (E, H)
     score_src = dot_per_head(h_src, params["att_src"])
     score_dst = dot_per_head(h_dst, params["att_dst"])
@@ -92,7 +126,27 @@ def scores_backward(
 ) -> tuple[Any, Any, Any, dict[str, Any]]:
     """``(d_h_src, d_h_dst, d_h_edge, {"att_src", "att_dst"[, "att_edge"]})``: ``d_h_src``
     (N, H, C) is the aggregation's gradient with the score's added; ``d_h_dst`` the score's
-    alone; ``d_h_edge`` (E, H, C) that of ``h_edge`` (None without edge features)."""
+    alone; ``d_h_edge`` (E, H, C) that of ``h_edge`` (None without edge features).
+
+    Parameters
+    ----------
+    params : dict
+        As given to :func:`scores`.
+    cache : ScoreCache
+        From :func:`scores`.
+    h_src, h_dst : array, (N_s, H, C) and (N_t, H, C)
+        As given to :func:`scores`.
+    d_scores : array, (E, H)
+        The gradient of the scores ``e``.
+    d_h_src : array, (N_s, H, C)
+        The aggregation's gradient of ``h_src``, to which the score's is added.
+    src, dst : Segments
+        As given to :func:`scores`.
+    negative_slope : float
+        As given to :func:`scores`.
+    h_edge : array, (E, H, C), optional
+        As given to :func:`scores`.
+    """
     # B4 (of F4) LeakyReLU (E, H)
     d_pre = leaky_relu_backward(cache.positive, d_scores, negative_slope)
     d_att: dict[str, Any] = {}

@@ -53,12 +53,24 @@ __all__ = ["ScoreCache", "scores", "scores_backward"]
 
 
 class ScoreCache(NamedTuple):
-    """What :func:`scores_backward` reads, beside the layer's ``h_src`` and ``h_dst``."""
+    """What :func:`scores_backward` reads, beside the layer's ``h_src`` and ``h_dst``.
 
-    pre: Any  # (E, H, C) W_s h_u + W_t h_v, the LeakyReLU input
-    positive: Any  # (E, H, C) pre > 0, the LeakyReLU's branch
-    h_src_edges: Any  # (E, H, C) W_s h_u per edge, reused by the aggregation's backward
-    lipschitz: NeighbourNormCache | None  # with ``lipschitz_norm`` set
+    Attributes
+    ----------
+    pre : array, (E, H, C)
+        ``W_s h_u + W_t h_v``, the LeakyReLU's input.
+    positive : array, (E, H, C)
+        ``pre > 0``, the LeakyReLU's branch.
+    h_src_edges : array, (E, H, C)
+        ``W_s h_u`` per edge, reused by the aggregation's backward.
+    lipschitz : NeighbourNormCache or None
+        LipschitzNorm's cache, with ``lipschitz_norm`` set.
+    """
+
+    pre: Any
+    positive: Any
+    h_src_edges: Any
+    lipschitz: NeighbourNormCache | None
 
 
 def scores(
@@ -73,7 +85,30 @@ def scores(
 ) -> tuple[Any, ScoreCache]:
     """``e`` (E, H) from ``h_src = W_s x`` and ``h_dst = W_t x`` (N, H, C; the same array
     when the weights are shared) and, with edge features, their projection ``h_edge = W_e a``
-    (E, H, C); and what the backward reads."""
+    (E, H, C); and what the backward reads.
+
+    Parameters
+    ----------
+    params : dict
+        The layer's parameters; read here: ``att`` (H, C), and LipschitzNorm's.
+    h_src, h_dst : array, (N_s, H, C) and (N_t, H, C)
+        The sources' and the targets' transformed features (with their biases).
+    src, dst : Segments
+        The edges' sources and targets (``E`` edges of the attended graph).
+    negative_slope : float
+        The LeakyReLU's slope below 0.
+    lipschitz_norm : {None, "paper"}
+        LipschitzNorm's form, dividing the score.
+    h_edge : array, (E, H, C), optional
+        The edge features' projection ``W_e a``; None without edge features.
+
+    Returns
+    -------
+    e : array, (E, H)
+        The scores.
+    cache : ScoreCache
+        What :func:`scores_backward` reads.
+    """
     # F2 W_s h_u + W_t h_v (+ W_e a_uv) per edge (E, H, C)
     h_src_edges = gather(h_src, src)
     pre = gather(h_dst, dst)
@@ -115,7 +150,30 @@ def scores_backward(
     """``(d_h_src, d_h_dst, d_h_edge, {"att"})``: ``d_h_src`` (N, H, C) is the aggregation's
     gradient with the score's added; ``d_h_dst`` the score's alone (``None`` with shared
     weights, whose one side collects both ends); ``d_h_edge`` (E, H, C) that of ``h_edge``
-    (None without edge features)."""
+    (None without edge features).
+
+    Parameters
+    ----------
+    params : dict
+        As given to :func:`scores`.
+    cache : ScoreCache
+        From :func:`scores`.
+    h_src, h_dst : array, (N_s, H, C) and (N_t, H, C)
+        As given to :func:`scores`.
+    d_scores : array, (E, H)
+        The gradient of the scores ``e``.
+    d_h_src : array, (N_s, H, C)
+        The aggregation's gradient of ``h_src``, to which the score's is added.
+    src, dst : Segments
+        As given to :func:`scores`.
+    negative_slope : float
+        As given to :func:`scores`.
+    share_weights : bool
+        ``h_dst`` is ``h_src`` (one map of one ``x``): both ends' gradients go to
+        ``d_h_src``.
+    h_edge : array, (E, H, C), optional
+        As given to :func:`scores`.
+    """
     xp = get_array_module(d_scores)
     d_pre_norms, d_att = None, {}
     if cache.lipschitz is not None:

@@ -47,30 +47,77 @@ __all__ = ["Attention", "AttentionCache"]
 
 
 class AttentionCache(NamedTuple):
-    """What :meth:`Attention.backward` and :meth:`Attention.jvp` read."""
+    """What :meth:`Attention.backward` and :meth:`Attention.jvp` read.
 
-    x: Any  # (d, n) input
-    raw: Any  # (m, n) g~ = Q^T X
-    scores: Any  # (m, n) g(X)
-    probabilities: Any  # (m, n) softmax(g(X)), row-wise
-    denominator: Any  # 0-d: Eq. 17 c = ||Q||_F ||X^T||_(inf,2); Eq. 15 the max{...}, so that
-    # g = alpha g~ / denominator (Sec. 9.6's alpha c(X)); None when unnormalised
-    norm: Any  # LinearNormCache / LipschitzNormCache, or None
+    Attributes
+    ----------
+    x : array, (d, n)
+        The input.
+    raw : array, (m, n)
+        ``g~ = Q^T X``.
+    scores : array, (m, n)
+        ``g(X)``.
+    probabilities : array, (m, n)
+        ``softmax(g(X))``, row-wise.
+    denominator : 0-d array or None
+        Eq. 17's ``c = ||Q||_F ||X^T||_(inf,2)``; Eq. 15's ``max{...}``, so that ``g = alpha
+        g~ / denominator`` (Sec. 9.6's ``alpha c(X)``); None when unnormalised.
+    norm : LinearNormCache, LipschitzNormCache or None
+        The normalisation's cache (:mod:`refimpl.nn.lipschitz.score_norms`).
+    """
+
+    x: Any
+    raw: Any
+    scores: Any
+    probabilities: Any
+    denominator: Any
+    norm: Any
 
 
 @dataclass(frozen=True)
 class Attention:
-    """LipschitzNorm Eq. 4 with the linear score ``g~(X) = Q^T X``, ``Q`` of shape ``(d, m)``.
+    r"""Attention with the linear score $\tilde g(\mathbf{X}) = \mathbf{Q}^\top \mathbf{X}$
+    (LipschitzNorm, Dasoulas et al. 2021, Eq. (4)), normalised by Eq. (17) or Eq. (15).
 
-    ``normalization``: ``None`` gives ``g = Q^T X``; ``"linear"`` Eq. 17,
-    ``g = Q^T X / (||Q||_F ||X^T||_(inf,2))``; ``"lipschitz"`` Eq. 15 with
-    ``L = ||Q||_*`` (the exact ``L_{F,(2,inf)}`` of ``Q^T X``, proof of Cor. 1),
-    ``g = alpha Q^T X / max{||Q^T X||_(2,inf), ||X^T||_(inf,2) ||Q||_*}``.
+    Input vectors are the columns of $\mathbf{X}$ $(d, n)$, $\mathbf{Q}$ $(d, m)$ a
+    parameter, the softmax row-wise (Eq. (3)):
 
-    ``forward(params, x (d, n)) -> (out (d, m), AttentionCache)``;
-    ``backward(params, cache, d_out (d, m)) -> (d_x (d, n), {"Q": (d, m)})``, the exact
-    adjoint; ``jvp(params, cache, d_x (d, n)) -> (d, m)``, Eq. 8 with ``Q`` fixed.
-    ``alpha`` is read only by Eq. 15 (other normalisations ignore it).
+    $$
+    \begin{gathered}
+    \operatorname{Att}(\mathbf{X}) = \mathbf{X} \operatorname{softmax}(g(\mathbf{X}))^\top
+    \\
+    g = \frac{\mathbf{Q}^\top \mathbf{X}}{\lVert \mathbf{Q} \rVert_F
+    \lVert \mathbf{X}^\top \rVert_{\infty,2}} \quad \text{(Eq. (17))}
+    \\
+    g = \frac{\alpha \mathbf{Q}^\top \mathbf{X}}{\max\{\lVert \mathbf{Q}^\top \mathbf{X}
+    \rVert_{2,\infty}, \lVert \mathbf{X}^\top \rVert_{\infty,2} \lVert \mathbf{Q}
+    \rVert_*\}} \quad \text{(Eq. (15))}
+    \end{gathered}
+    $$
+
+    Eq. (15) with $L = \lVert \mathbf{Q} \rVert_*$, the exact $L_{F,(2,\infty)}$ of
+    $\mathbf{Q}^\top \mathbf{X}$ (proof of Cor. 1). :meth:`jvp` is Eq. (8) with
+    $\mathbf{Q}$ fixed; :meth:`backward` its exact adjoint.
+
+    Parameters
+    ----------
+    dim : int
+        $d$, the length of each input vector (rows of $\mathbf{X}$).
+    num_outputs : int
+        $m$, the output vectors (columns of $\mathbf{Q}$).
+    normalization : {None, "linear", "lipschitz"}, default None
+        None: $g = \mathbf{Q}^\top \mathbf{X}$; ``"linear"``: Eq. (17); ``"lipschitz"``:
+        Eq. (15).
+    alpha : float, default 1.0
+        Eq. (15)'s score bound $\alpha \ge 0$ (1 is the paper's choice, Sec. 5, Thm 3); read
+        only by ``"lipschitz"``.
+
+    Shapes
+    ------
+    - **input**: ``x`` $(d, n)$; ``params`` ``{"Q": (d, m)}``
+    - **output**: $(d, m)$
+    - **backward**: ``d_out`` $(d, m)$; returns ``(d_x (d, n), {"Q": (d, m)})``
+    - **jvp**: ``d_x`` $(d, n)$; returns $(d, m)$
     """
 
     dim: int  # d, length of each input vector (rows of X)

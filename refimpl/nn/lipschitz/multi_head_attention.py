@@ -78,27 +78,71 @@ __all__ = [
 
 
 class MultiHeadAttentionCache(NamedTuple):
-    """What :meth:`MultiHeadAttention.backward` and ``jvp`` read."""
+    """What :meth:`MultiHeadAttention.backward` and ``jvp`` read.
 
-    x: Any  # (d_I, n) input
-    head_inputs: Any  # (h, rows, n) W_k X
-    concatenated: Any  # (h*d, m) the heads' outputs stacked by rows
-    heads: tuple  # per-head AttentionCache / TransformerAttentionCache
+    Attributes
+    ----------
+    x : array, (d_I, n)
+        The input.
+    head_inputs : array, (h, rows, n)
+        ``W_k X`` per head.
+    concatenated : array, (h d, m)
+        The heads' outputs stacked by rows.
+    heads : tuple
+        Per head, its :class:`AttentionCache` or :class:`TransformerAttentionCache`.
+    """
+
+    x: Any
+    head_inputs: Any
+    concatenated: Any
+    heads: tuple
 
 
 @dataclass(frozen=True)
 class MultiHeadAttention:
-    """LipschitzNorm Eq. 5: ``W_O (Att(W_1 X) || ... || Att(W_h X))``, heads stacked by rows.
+    r"""Multi-head attention of LipschitzNorm (Dasoulas et al. 2021) Eq. (5), heads stacked by
+    rows, each normalised separately (Sec. 5, "Implementation details").
 
-    ``kind="transformer"``: each head is ``TransformerAttention(d, normalization)``
-    on ``W_k X`` with ``W_k`` of shape ``(3d, d_I)`` (queries, keys, values
-    projections stacked), ``m = n``. ``kind="linear"``: each head is
-    ``Attention(d, num_outputs, normalization, alpha)`` on ``W_k X``, ``W_k`` of
-    shape ``(d, d_I)``, with its own ``Q[k]``. Each head is normalised separately
-    (Sec. 5, "Implementation details").
+    $$
+    \operatorname{MultiHead}(\mathbf{X}) = \mathbf{W}_O \big(\operatorname{Att}(\mathbf{W}_1
+    \mathbf{X}) \Vert \dots \Vert \operatorname{Att}(\mathbf{W}_h \mathbf{X})\big)
+    $$
 
-    Parameters: ``W_in (h, rows, d_I)``, ``Q (h, d, m)`` (``"linear"`` only),
-    ``W_out (d_O, h*d)``. ``forward(params, x (d_I, n)) -> (out (d_O, m), cache)``.
+    ``kind="transformer"``: each head is ``TransformerAttention(d, normalization)`` on
+    $\mathbf{W}_k \mathbf{X}$, $\mathbf{W}_k$ $(3d, d_I)$ (the query, key and value
+    projections stacked), $m = n$. ``kind="linear"``: each head is ``Attention(d,
+    num_outputs, normalization, alpha)`` on $\mathbf{W}_k \mathbf{X}$, $\mathbf{W}_k$
+    $(d, d_I)$, with its own $\mathbf{Q}_k$. ``W_in[k]`` is the paper's $\mathbf{W}_k$ as a
+    map applied on the left (the transpose of the paper's $d_I \times d$ shape).
+
+    Parameters
+    ----------
+    in_dim : int
+        $d_I$, the input vectors' length.
+    head_dim : int
+        $d$, each head's width.
+    out_dim : int
+        $d_O$, the output vectors' length.
+    heads : int
+        $h$, the number of heads.
+    kind : {"transformer", "linear"}, default "transformer"
+        The heads: :class:`TransformerAttention` (Eq. (7) / (19)) or :class:`Attention`
+        (Eq. (4)).
+    normalization : str or None, default None
+        Each head's: None, ``"lipschitz"`` (both kinds) or ``"linear"`` (linear heads).
+    num_outputs : int or None, default None
+        $m$, for ``"linear"`` heads only (transformer heads have $m = n$).
+    alpha : float, default 1.0
+        Eq. (15)'s bound, for ``"linear"`` heads with ``normalization="lipschitz"`` only.
+
+    Shapes
+    ------
+    - **input**: ``x`` $(d_I, n)$
+    - **output**: $(d_O, m)$
+    - **params**: ``W_in`` $(h, 3d \text{ or } d, d_I)$, ``Q`` $(h, d, m)$ (``"linear"``
+      only), ``W_out`` $(d_O, h d)$
+    - **backward**: ``d_out`` $(d_O, m)$; returns ``d_x`` $(d_I, n)$ and ``d_params``
+    - **jvp**: ``d_x`` $(d_I, n)$; returns $(d_O, m)$
     """
 
     in_dim: int  # d_I

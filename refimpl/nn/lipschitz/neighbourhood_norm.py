@@ -128,17 +128,39 @@ _REFERENCE_EPS = 1e-12  # released code: LipschitzNorm(eps=1e-12)
 
 
 class NeighbourNormCache(NamedTuple):
-    """What :func:`neighbour_lipschitz_norm_backward` reads."""
+    """What :func:`neighbour_lipschitz_norm_backward` reads.
+
+    Attributes
+    ----------
+    mode : {"paper", "reference-code"}
+        The form of the denominator.
+    version : {"v1", "v2"}
+        The GAT version whose score is normalised.
+    normalised : array, (E, H)
+        The normalised scores.
+    denominator : array, (E, H)
+        ``D``, with 1 where ``D = 0`` (see the module docstring).
+    nonzero : array, (E, H)
+        ``D > 0``.
+    att_norm : array, (H,)
+        ``||a_h||``.
+    radius : array, (E, H)
+        ``r``, the per-edge radius.
+    norms : array
+        v1: ``(N, H)`` ``||W h_k||^2``; v2: ``(E, H)`` ``||x_uv||``.
+    argmax : array, (N, H)
+        The edge attaining each neighbourhood's maximum (-1 if none).
+    """
 
     mode: str
-    version: str  # "v1" | "v2"
-    normalised: Any  # (E, H) the normalised scores
-    denominator: Any  # (E, H) D, with 1 where D = 0 (see the module docstring)
-    nonzero: Any  # (E, H) D > 0
-    att_norm: Any  # (H,) ||a_h||
-    radius: Any  # (E, H) r
-    norms: Any  # v1: (N, H) ||W h_k||^2; v2: (E, H) ||x_uv||
-    argmax: Any  # (N, H) edge attaining each neighbourhood's maximum (-1 if none)
+    version: str
+    normalised: Any
+    denominator: Any
+    nonzero: Any
+    att_norm: Any
+    radius: Any
+    norms: Any
+    argmax: Any
 
 
 def _att_vectors(params: dict[str, Any], version: str) -> list[Any]:
@@ -159,20 +181,28 @@ def neighbour_lipschitz_norm(
 
     Parameters
     ----------
-    raw : (E, H)
+    raw : array, (E, H)
         The scores to normalise: v1 ``a_h . x_uv`` (before the LeakyReLU), v2
         ``a_h . LeakyReLU(x_uv)``.
-    mode : "paper" | "reference-code"
-    version : "v1" | "v2"
-    params : the layer's parameters (attention vectors read from here)
-    h_src : (N, H, C) ``W h`` (v1; unused for v2)
-    pre : (E, H, C) ``x_uv = W_s h_u + W_t h_v`` (v2; unused for v1)
-    src, dst : segments of the attended edges by source and by target
+    mode : {"paper", "reference-code"}
+        The denominator's form (the module docstring).
+    version : {"v1", "v2"}
+        The GAT version whose score this is.
+    params : dict
+        The layer's parameters (the attention vectors are read from here).
+    h_src : array, (N, H, C)
+        ``W h`` (v1; unused for v2).
+    pre : array, (E, H, C)
+        ``x_uv = W_s h_u + W_t h_v`` (v2; unused for v1).
+    src, dst : Segments
+        The attended edges by source and by target.
 
     Returns
     -------
-    normalised : (E, H)
+    normalised : array, (E, H)
+        The normalised scores.
     cache : NeighbourNormCache
+        What :func:`neighbour_lipschitz_norm_backward` reads.
     """
     xp = get_array_module(raw)
     factor, eps = (_REFERENCE_FACTOR, _REFERENCE_EPS) if mode == "reference-code" else (1.0, 0.0)
@@ -217,6 +247,15 @@ def neighbour_lipschitz_norm_backward(
     through the denominator into ``h_src`` (v1, (N, H, C)) or ``pre`` (v2,
     (E, H, C)); ``d_att`` maps the attention parameter names to their gradient
     through ``||a_h||``. Both add to the layer's other contributions.
+
+    Parameters
+    ----------
+    cache : NeighbourNormCache
+        From :func:`neighbour_lipschitz_norm`.
+    d_normalised : array, (E, H)
+        The gradient of the normalised scores.
+    params, h_src, pre, src, dst
+        As given to :func:`neighbour_lipschitz_norm`.
     """
     xp = get_array_module(d_normalised)
     factor = _REFERENCE_FACTOR if cache.mode == "reference-code" else 1.0
@@ -249,17 +288,39 @@ def neighbour_lipschitz_norm_backward(
 
 
 class TransformerLipschitzCache(NamedTuple):
-    """What :func:`transformer_lipschitz_scores_backward` reads (per target ``v``, head ``h``)."""
+    """What :func:`transformer_lipschitz_scores_backward` reads (per target ``v``, head ``h``).
 
-    scores: Any  # (E, H) q_v . k_uv / D_v, clipped to [-1, 1]
-    denominator: Any  # (N, H) D_v, with 1 where D_v = 0 (the raw scores are 0 there)
-    nonzero: Any  # (N, H) D_v > 0
-    norms: tuple  # (u, a, w), each (N, H): ||q_v||, max ||k_uv||, max ||val_uv||
-    branch: Any  # (N, H) product taken: 0 ua, 1 uw, 2 aw
-    key_norms: Any  # (E, H) ||k_uv||
-    value_norms: Any  # (E, H) ||val_uv||
-    key_argmax: Any  # (N, H) edge attaining a (-1 for no incoming edge)
-    value_argmax: Any  # (N, H) edge attaining w
+    Attributes
+    ----------
+    scores : array, (E, H)
+        ``q_v . k_uv / D_v``, clipped to ``[-1, 1]``.
+    denominator : array, (N, H)
+        ``D_v``, with 1 where ``D_v = 0`` (the raw scores are 0 there).
+    nonzero : array, (N, H)
+        ``D_v > 0``.
+    norms : tuple
+        ``(u, a, w)``, each ``(N, H)``: ``||q_v||``, ``max ||k_uv||``, ``max ||val_uv||``.
+    branch : array, (N, H)
+        The product taken: 0 ``ua``, 1 ``uw``, 2 ``aw``.
+    key_norms : array, (E, H)
+        ``||k_uv||``.
+    value_norms : array, (E, H)
+        ``||val_uv||``.
+    key_argmax : array, (N, H)
+        The edge attaining ``a`` (-1 for no incoming edge).
+    value_argmax : array, (N, H)
+        The edge attaining ``w``.
+    """
+
+    scores: Any
+    denominator: Any
+    nonzero: Any
+    norms: tuple
+    branch: Any
+    key_norms: Any
+    value_norms: Any
+    key_argmax: Any
+    value_argmax: Any
 
 
 def transformer_lipschitz_scores(
@@ -273,10 +334,14 @@ def transformer_lipschitz_scores(
 
     Parameters
     ----------
-    raw : (E, H) the raw scores ``q_v . k_uv``
-    q : (N, H, C) the node queries
-    k_edges, val_edges : (E, H, C) the keys ``k_uv`` and values ``val_uv`` per edge
-    dst : segments of the edges by target
+    raw : array, (E, H)
+        The raw scores ``q_v . k_uv``.
+    q : array, (N, H, C)
+        The node queries.
+    k_edges, val_edges : array, (E, H, C)
+        The keys ``k_uv`` and values ``val_uv`` per edge.
+    dst : Segments
+        The edges by target.
     """
     xp = get_array_module(raw)
     # F1 u = ||q_v|| (N, H); a, w: the longest key and value into v (N, H), first edge at a tie
@@ -316,7 +381,17 @@ def transformer_lipschitz_scores_backward(
 ) -> tuple[Any, Any, Any, Any]:
     """Adjoint of :func:`transformer_lipschitz_scores` (same ``q``, ``k_edges``, ``val_edges``,
     ``dst``): ``(d_raw (E, H), d_q (N, H, C), d_k_edges, d_val_edges (E, H, C))``, the
-    last three through D only; they add to the layer's other contributions."""
+    last three through D only; they add to the layer's other contributions.
+
+    Parameters
+    ----------
+    cache : TransformerLipschitzCache
+        From :func:`transformer_lipschitz_scores`.
+    d_scores : array, (E, H)
+        The gradient of the normalised scores.
+    q, k_edges, val_edges, dst
+        As given to :func:`transformer_lipschitz_scores`.
+    """
     xp = get_array_module(d_scores)
     denominator_edges = gather(cache.denominator, dst)  # (E, H)
     # B3 (of F3) the quotient (clip as identity); no gradient through a vanished D

@@ -41,23 +41,67 @@ __all__ = ["TransformerAttention", "TransformerAttentionCache"]
 
 
 class TransformerAttentionCache(NamedTuple):
-    """What :meth:`TransformerAttention.backward` and ``jvp`` read."""
+    """What :meth:`TransformerAttention.backward` and ``jvp`` read.
 
-    x: Any  # (3d, n) input (Q||K||V)
-    raw: Any  # (n, n) Q^T K
-    scores: Any  # (n, n) g(X)
-    probabilities: Any  # (n, n) softmax(g(X)), row-wise
-    denominator: Any  # 0-d: sqrt(d) (Eq. 7) or max{uv, uw, vw} (Eq. 19)
-    norm: Any  # TransformerNormCache (Eq. 19) or None
+    Attributes
+    ----------
+    x : array, (3d, n)
+        The input ``(Q||K||V)``.
+    raw : array, (n, n)
+        ``Q^T K``.
+    scores : array, (n, n)
+        ``g(X)``.
+    probabilities : array, (n, n)
+        ``softmax(g(X))``, row-wise.
+    denominator : 0-d array
+        ``sqrt(d)`` (Eq. 7) or ``max{uv, uw, vw}`` (Eq. 19).
+    norm : TransformerNormCache or None
+        Eq. 19's normalisation cache (:mod:`refimpl.nn.lipschitz.score_norms`), or None.
+    """
+
+    x: Any
+    raw: Any
+    scores: Any
+    probabilities: Any
+    denominator: Any
+    norm: Any
 
 
 @dataclass(frozen=True)
 class TransformerAttention:
-    """Transformer attention, Eq. 7 ``g = Q^T K / sqrt(d)`` or Eq. 19 ``g = Q^T K /
-    max{uv, uw, vw}`` (``u = ||Q||_F``, ``v = ||K^T||_(inf,2)``, ``w = ||V^T||_(inf,2)``).
+    r"""Transformer attention (LipschitzNorm, Dasoulas et al. 2021, Eq. (7)), normalised by
+    Eq. (19).
 
-    ``forward({}, x (3d, n))`` with ``x = (Q||K||V)`` stacked by rows returns
-    ``V softmax(g)^T`` ``(d, n)``. No parameters (``param_shapes() == {}``).
+    The input stacks queries, keys and values by rows, $\mathbf{X} = (\mathbf{Q} \Vert
+    \mathbf{K} \Vert \mathbf{V})$ $(3d, n)$; the softmax is row-wise:
+
+    $$
+    \begin{gathered}
+    \operatorname{Att}(\mathbf{X}) = \mathbf{V} \operatorname{softmax}(g)^\top
+    \\
+    g = \frac{\mathbf{Q}^\top \mathbf{K}}{\sqrt{d}} \ \text{(Eq. (7))}
+    \quad \text{or} \quad
+    g = \frac{\mathbf{Q}^\top \mathbf{K}}{\max\{u v, u w, v w\}} \ \text{(Eq. (19))}
+    \end{gathered}
+    $$
+
+    with $u = \lVert \mathbf{Q} \rVert_F$, $v = \lVert \mathbf{K}^\top \rVert_{\infty,2}$,
+    $w = \lVert \mathbf{V}^\top \rVert_{\infty,2}$. No parameters (``param_shapes() ==
+    {}``).
+
+    Parameters
+    ----------
+    dim : int
+        $d$, the rows of each of $\mathbf{Q}$, $\mathbf{K}$, $\mathbf{V}$.
+    normalization : {None, "lipschitz"}, default None
+        None: Eq. (7); ``"lipschitz"``: Eq. (19).
+
+    Shapes
+    ------
+    - **input**: ``x`` $(3d, n)$
+    - **output**: $(d, n)$
+    - **backward**: ``d_out`` $(d, n)$; returns ``(d_x (3d, n), {})``
+    - **jvp**: ``d_x`` $(3d, n)$; returns $(d, n)$
     """
 
     dim: int  # d, rows of each of Q, K, V

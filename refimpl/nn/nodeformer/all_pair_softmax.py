@@ -34,21 +34,50 @@ __all__ = ["AllPairSoftmax", "AllPairSoftmaxCache", "check_attention_inputs"]
 
 
 class AllPairSoftmaxCache(NamedTuple):
-    """What :meth:`AllPairSoftmax.backward` reads."""
+    """What :meth:`AllPairSoftmax.backward` reads.
 
-    q: Any  # (N, d)
-    k: Any  # (N, d)
-    v: Any  # (N, d_v)
-    probabilities: Any  # (K, N, N) row softmax of (Q K^T + 1 g_s^T) / tau; K = 1 without gumbel
+    Attributes
+    ----------
+    q, k : array, (N, d)
+        Queries and keys.
+    v : array, (N, d_v)
+        Values.
+    probabilities : array, (K, N, N)
+        The row softmax of ``(Q K^T + 1 g_s^T) / tau`` per sample; ``K = 1`` without gumbel.
+    """
+
+    q: Any
+    k: Any
+    v: Any
+    probabilities: Any
 
 
 @dataclass(frozen=True)
 class AllPairSoftmax:
-    """Exact all-pair softmax attention, NodeFormer Eq. 2 (with ``tau``) and Eq. 6 / 15 (Gumbel).
+    r"""Exact all-pair softmax attention, NodeFormer Eq. (2) (with $\tau$) and Eq. (6) (Gumbel).
 
-    ``forward({}, q (N, d), k (N, d), v (N, d_v), gumbel=None | (N, K)) -> (z (N, d_v),
-    cache)``; ``backward({}, cache, d_z) -> ((d_q, d_k, d_v), {})``. ``O(K N^2)`` time
-    and memory: the ground truth for :class:`KernelizedSoftmax` at small ``N``.
+    With Gumbel noise $g_{vs}$ per key $v$ and sample $s = 1..K$ (Eq. (6), its $K$-sample
+    average Eq. (15); Eq. (2) is $K = 1$, $g = 0$):
+
+    $$
+    \mathbf{Z} = \frac{1}{K} \sum_{s=1}^{K} \operatorname{softmax}\big((\mathbf{Q}
+    \mathbf{K}^\top + \mathbf{1} \mathbf{g}_s^\top) / \tau\big) \mathbf{V}
+    $$
+
+    with the softmax over each row (the keys). $O(K N^2)$ time and memory: the ground truth
+    for :class:`~refimpl.nn.KernelizedSoftmax` at small $N$.
+
+    Parameters
+    ----------
+    tau : float, default 1.0
+        $\tau > 0$, the temperature; 1 is Eq. (2) as printed (the authors' code: 0.25).
+
+    Shapes
+    ------
+    - **input**: ``q``, ``k`` $(N, d)$; ``v`` $(N, d_v)$; ``gumbel`` $(N, K)$ or None
+      (noise: no gradient)
+    - **output**: ``z`` $(N, d_v)$
+    - **backward**: ``d_z`` $(N, d_v)$; returns ``((d_q, d_k, d_v), {})``
     """
 
     tau: float = 1.0  # temperature; 1 is Eq. 2 as printed (the authors' code defaults to 0.25)
@@ -108,7 +137,23 @@ def check_attention_inputs(
     owner: str, params: Any, q: Any, k: Any, v: Any, gumbel: Any, omega: Any = None
 ) -> Any:
     """Shapes, finiteness, one dtype, one backend of an all-pair attention's inputs (``omega``
-    only for the kernelised form); returns the array module."""
+    only for the kernelised form); returns the array module.
+
+    Parameters
+    ----------
+    owner : str
+        The block named in the messages.
+    params : dict
+        Must be ``{}``.
+    q, k : array, (N, d)
+        Queries and keys.
+    v : array, (N, d_v)
+        Values.
+    gumbel : array, (N, K), or None
+        The Gumbel noise.
+    omega : array, (m, d), optional
+        The projection (kernelised form only).
+    """
     check_params(params, {}, owner)
     xp = check_input(q, "q", shape=(None, None))
     n, d = q.shape

@@ -1,21 +1,8 @@
 """``NodeFormerConv``: one NodeFormer layer (Wu et al. 2022, Alg. 1), with its backward.
 
-Per head ``h`` (``H`` heads, each ``C = out_channels`` wide, as in the authors' code),
-with ``q_u = W_q x_u + b_q`` (and ``k``, ``v`` likewise) split into heads ``(N, H, C)``::
-
-    s      = 1 (qk_scale="paper") | C^(-1/4) (qk_scale="sqrt_d")
-    Z_h,u  = (1/K) sum_s phi(s q_u / sqrt tau)^T sum_v e^{g_vhs/tau} phi(s k_v / sqrt tau) v_v^T
-                          / phi(s q_u / sqrt tau)^T sum_w e^{g_whs/tau} phi(s k_w / sqrt tau)
-             (Eq. 7, 17, Alg. 1 lines 3-8: KernelizedSoftmax(tau), omega shared by the heads)
-    Z_h   += sum_{j=1..r} f(b_rel[j-1, h]) A_j v_h                 (Eq. 8, Alg. 1 line 9)
-    out    = concat_h(Z_h) W_o^T + b_o                             (N, C)
-
-so attention targets ``exp(s^2 q.k / tau)``: ``exp(q.k / tau)`` as in Eq. 6 for
-``"paper"``, ``exp(q.k / (tau sqrt C))`` for ``"sqrt_d"`` (the authors'
-``softmax_kernel_transformation`` scales its input by ``d^(-1/4)``). In training with
-``use_gumbel`` each head averages ``K = num_samples`` Gumbel samples (Eq. 7, 17);
-otherwise (evaluation, as the authors' code) it is the kernelised softmax, Eq. 5.
-The edge-level loss (Eq. 10, 12) is :mod:`refimpl.nn.nodeformer.edge_loss`.
+The class docstring states the equations (Eq. 4-8, Alg. 1), every argument and the shapes;
+this one the conventions, where the paper and the authors' code differ. The edge-level loss
+(Eq. 10, 12) is :mod:`refimpl.nn.nodeformer.edge_loss`.
 
 Conventions (paper = NodeFormer, code = github.com/qitianwu/NodeFormer ``nodeformer.py``)
 ------------------------------------------------------------------------------------------
@@ -67,7 +54,7 @@ added here): :mod:`refimpl.nn.nodeformer.kernel_attention`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -75,6 +62,7 @@ from refimpl.backend import asarray, backend_name, get_array_module
 from refimpl.fields import check_bool, check_nonnegative_number, check_positive_int
 from refimpl.graph import Graph, with_configured_self_loops
 from refimpl.nn.attention_common import glorot, project, project_backward
+from refimpl.nn.nodeformer.conv_cache import NodeFormerCache
 from refimpl.nn.nodeformer.kernel_attention import KernelizedSoftmax
 from refimpl.nn.nodeformer.random_features import (
     PROJECTION_KINDS,
@@ -100,23 +88,86 @@ QK_SCALES = ("paper", "sqrt_d")
 NOISE_KEYS = ("projection", "gumbel")
 
 
-class NodeFormerCache(NamedTuple):
-    """What :meth:`NodeFormerConv.backward` and the edge loss read."""
-
-    x: Any  # (N, in) input
-    graph: Graph  # prepare_graph(graph): relational bias order 1 and the edge loss
-    q: Any  # (N, H, C) s (W_q x + b_q), s the qk factor
-    k: Any  # (N, H, C) s (W_k x + b_k)
-    v: Any  # (N, H, C) W_v x + b_v
-    attention: tuple  # per head, its KernelizedSoftmaxCache
-    operators: tuple  # relational_bias.Operator per order; () without relational bias
-    heads: Any  # (N, H*C) concatenated heads, the input of W_o
-    noise: dict  # the draws used: "projection" (m, C); "gumbel" (N, H, K) if drawn
-
-
 @dataclass(frozen=True)
 class NodeFormerConv:
-    """One NodeFormer layer; the module docstring gives the equations and conventions."""
+    r"""One NodeFormer layer (Wu et al. 2022, Alg. 1): kernelised all-pair attention, O(N).
+
+    Per head $h$, with $\mathbf{q}_u = s(\mathbf{W}_q \mathbf{x}_u + \mathbf{b}_q)$,
+    $\mathbf{k}_u$ likewise, $\mathbf{v}_u = \mathbf{W}_v \mathbf{x}_u + \mathbf{b}_v$ (each
+    $C$ wide per head), $\phi$ the positive random features of NodeFormer Eq. (4) on
+    $\boldsymbol{\omega}$ (shared by the heads) and Gumbel noise $g_{vht}$, in training
+    (NodeFormer Eq. (7) with $K$ samples $t$, Eq. (17); Alg. 1 lines 3-8):
+
+    $$
+    \mathbf{z}_{u h} = \frac{1}{K} \sum_{t=1}^{K}
+    \frac{\phi(\mathbf{q}_u / \sqrt{\tau})^\top \sum_v e^{g_{vht} / \tau}
+    \phi(\mathbf{k}_v / \sqrt{\tau}) \mathbf{v}_v^\top}
+    {\phi(\mathbf{q}_u / \sqrt{\tau})^\top \sum_w e^{g_{wht} / \tau}
+    \phi(\mathbf{k}_w / \sqrt{\tau})}
+    $$
+
+    and without noise (evaluation, or ``use_gumbel=False``) Eq. (5): $K = 1$, $g = 0$. The
+    relational bias (Eq. (8), Alg. 1 line 9, in the authors' code's form) and the output:
+
+    $$
+    \mathbf{z}_{u h} \mathrel{+}= \sum_{j=1}^{r} f(b_{j h}) \sum_{v} (\mathbf{A}_j)_{uv}
+    \mathbf{v}_{v h},
+    \qquad
+    \mathbf{x}'_u = \mathbf{W}_o [\mathbf{z}_{u 1} \Vert \dots \Vert \mathbf{z}_{u H}]
+    + \mathbf{b}_o
+    $$
+
+    $\phi(\mathbf{q}/\sqrt{\tau})^\top \phi(\mathbf{k}/\sqrt{\tau})$ estimates
+    $\exp(\mathbf{q}^\top \mathbf{k} / \tau)$ (Prop. 1). The module docstring states the
+    conventions (the code against the paper: heads, biases, $\mathbf{A}_j$, the draws).
+
+    Parameters
+    ----------
+    in_channels : int
+        $F$, the input width.
+    out_channels : int
+        $C$, the width of each head and of the output.
+    heads : int, default 1
+        $H$, the number of heads (the code's ``num_heads``).
+    num_random_features : int, default 30
+        $m$, the rows of $\boldsymbol{\omega}$ (the code's ``nb_random_features``).
+    tau : float, default 0.25
+        $\tau > 0$, the temperature (paper Sec. 4 and the code).
+    num_samples : int, default 10
+        $K$, Gumbel samples per head (the code's ``nb_gumbel_sample``).
+    use_gumbel : bool, default True
+        Gumbel noise in training (Eq. (7)); never in evaluation (Eq. (5)).
+    relational_bias : {None, "sigmoid", "identity"}, default None
+        $f$ of the relational bias (the code's ``rb_trans``): the sigmoid (paper Sec. 4) or
+        the identity (App. C.2); None adds no relational bias.
+    rb_order : int, default 1
+        $r$, the orders of the relational bias (the code's ``rb_order``; 2 on Cora).
+    rb_powers : {"paper", "authors"}, default "paper"
+        $\mathbf{A}_j$: ``"paper"`` $\hat{\mathbf{A}}^j$, the powers of
+        $\hat{\mathbf{A}} = \mathbf{D}_{in}^{-1/2} \mathbf{A} \mathbf{D}_{out}^{-1/2}$;
+        ``"authors"`` the pattern of $\mathbf{A}^{2^{j-1}}$, each normalised (the code's).
+    qk_scale : {"paper", "sqrt_d"}, default "paper"
+        $s$: 1 (attention $\exp(\mathbf{q}^\top \mathbf{k} / \tau)$, Eq. (6)) or $C^{-1/4}$
+        (the code's ``softmax_kernel_transformation``: $\exp(\mathbf{q}^\top \mathbf{k} /
+        (\tau \sqrt{C}))$).
+    projection : {"orthogonal", "iid"}, default "orthogonal"
+        How $\boldsymbol{\omega}$ is drawn (:func:`~refimpl.nn.draw_projection`): orthogonal
+        blocks (the code's ``projection_matrix_type``) or i.i.d. Gaussian (Eq. (4)).
+    bias : bool, default True
+        $\mathbf{b}_q, \mathbf{b}_k, \mathbf{b}_v, \mathbf{b}_o$ (the code's ``nn.Linear``).
+    add_self_loops : bool, default True
+        Replace the graph's self-loops by one per node before $\mathbf{A}$ is built and for
+        the edge loss (the code's ``main.py``).
+
+    Shapes
+    ------
+    - **input**: ``x`` $(N, F)$; ``graph`` on $N$ nodes; ``noise`` ``"projection"``
+      $(m, C)$, ``"gumbel"`` $(N, H, K)$ (each optional, drawn from ``rng`` if absent)
+    - **output**: $(N, C)$; ``cache.noise`` the draws used
+    - **backward**: ``d_out`` $(N, C)$; returns ``d_x`` $(N, F)$ and ``d_params`` keyed as
+      ``params``: ``W_q``, ``W_k``, ``W_v`` $(H C, F)$, ``b_q``, ``b_k``, ``b_v``
+      $(H C,)$, ``W_o`` $(C, H C)$, ``b_o`` $(C,)$, ``b_rel`` $(r, H)$
+    """
 
     in_channels: int
     out_channels: int  # C, per head and of the output

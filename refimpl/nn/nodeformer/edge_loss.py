@@ -11,13 +11,10 @@ relational bias and the authors' ``kernelized_softmax``)::
 per head ``h``, with ``phi`` of Eq. 4 on the layer's ``omega`` and no Gumbel noise
 (Eq. 12), ``y = t s q``, ``y' = t s k`` (``s`` the layer's qk factor) and:
 
-=================  ===================================  ====================================
-``convention``     ``t`` (what ``pi`` estimates)         ``Z``
-=================  ===================================  ====================================
-``"paper"``        1: ``softmax_u(s^2 q_v.k_u)``         ``N`` (Eq. 10's ``1 / N``)
-``"authors"``      ``1/sqrt(tau)``: the layer's          ``E``: the code's ``torch.mean`` over
-                   attention without noise, Eq. 5        edges (and heads)
-=================  ===================================  ====================================
+| ``convention`` | ``t`` (what ``pi`` estimates) | ``Z`` |
+| --- | --- | --- |
+| ``"paper"`` | 1: ``softmax_u(s^2 q_v.k_u)`` | ``N`` (Eq. 10's ``1 / N``) |
+| ``"authors"`` | ``1/sqrt(tau)``: the attention without noise (Eq. 5) | ``E``: the code's mean |
 
 Eq. 12 (no ``tau``) is the categorical distribution the Gumbel-Softmax samples from
 (Thm 2, Sec. 3.1), the code queries ``query_prime`` / ``key_prime`` of the
@@ -66,29 +63,84 @@ EDGE_LOSS_CONVENTIONS = ("paper", "authors")
 
 
 class EdgeLossCache(NamedTuple):
-    """What :meth:`NodeFormerEdgeLoss.backward` reads (``E`` edges of the layer's graph)."""
+    """What :meth:`NodeFormerEdgeLoss.backward` reads (``E`` edges of the layer's graph).
 
-    x: Any  # (N, in) the layer's input
-    graph: Graph  # the layer's prepared graph
-    omega: Any  # (m, C) the layer's projection, held fixed
-    y_q: Any  # (N, H, C) t s q: what the query features are taken of
-    y_k: Any  # (N, H, C) t s k
-    a_q: Any  # (N, H, m) Eq. 4 exponents of y_q
-    a_k: Any  # (N, H, m) Eq. 4 exponents of y_k
-    log_key_sums: Any  # (H, m) LSE_w a_k[w]
-    log_numerators: Any  # (E, H) LSE_i (a_q[v] + a_k[u])
-    log_denominators: Any  # (N, H) LSE_i (a_q[v] + log_key_sums)
-    log_pi: Any  # (E, H) log pi_e,h of Eq. 12
-    coefficients: Any  # (E,) 1 / (d_in(v) Z H): L_e = -sum_{e,h} coefficients_e log pi_e,h
+    Attributes
+    ----------
+    x : array, (N, F)
+        The layer's input.
+    graph : Graph
+        The layer's prepared graph.
+    omega : array, (m, C)
+        The layer's projection, held fixed.
+    y_q : array, (N, H, C)
+        ``t s q``: what the query features are taken of.
+    y_k : array, (N, H, C)
+        ``t s k``.
+    a_q : array, (N, H, m)
+        Eq. 4's exponents of ``y_q``.
+    a_k : array, (N, H, m)
+        Eq. 4's exponents of ``y_k``.
+    log_key_sums : array, (H, m)
+        ``LSE_w a_k[w]``.
+    log_numerators : array, (E, H)
+        ``LSE_i (a_q[v] + a_k[u])``.
+    log_denominators : array, (N, H)
+        ``LSE_i (a_q[v] + log_key_sums)``.
+    log_pi : array, (E, H)
+        ``log pi_e,h`` of Eq. 12.
+    coefficients : array, (E,)
+        ``1 / (d_in(v) Z H)``: ``L_e = -sum_{e,h} coefficients_e log pi_e,h``.
+    """
+
+    x: Any
+    graph: Graph
+    omega: Any
+    y_q: Any
+    y_k: Any
+    a_q: Any
+    a_k: Any
+    log_key_sums: Any
+    log_numerators: Any
+    log_denominators: Any
+    log_pi: Any
+    coefficients: Any
 
 
 @dataclass(frozen=True)
 class NodeFormerEdgeLoss:
-    """Eq. 10 for one :class:`NodeFormerConv` layer, from its forward cache.
+    r"""NodeFormer's edge-level loss (Wu et al. 2022 Eq. (10)) of one :class:`NodeFormerConv`
+    layer, from its forward cache.
 
-    ``forward(params, layer_cache) -> (L_e (0-d array), cache)``;
-    ``backward(params, cache, d_loss=1.0) -> (d_x (N, in), d_params keyed like params)``,
-    to be added to the layer's own gradients. Conventions: module docstring.
+    For the edges $e = (u \to v)$ of the layer's graph and each head $h$, with $\phi$ of
+    Eq. (4) on the layer's $\boldsymbol{\omega}$, $\mathbf{y}_v = t\,\mathbf{q}_v$ and
+    $\mathbf{y}'_u = t\,\mathbf{k}_u$ (Eq. (12), then Eq. (10) averaged over the heads):
+
+    $$
+    \pi_{e h} = \frac{\phi(\mathbf{y}_v)^\top \phi(\mathbf{y}'_u)}
+    {\phi(\mathbf{y}_v)^\top \sum_w \phi(\mathbf{y}'_w)},
+    \qquad
+    \mathcal{L}_e = -\frac{1}{Z H} \sum_h \sum_{e = (u \to v)}
+    \frac{\log \pi_{e h}}{d_{in}(v)}
+    $$
+
+    with $t$ and $Z$ set by ``convention`` (the module docstring's table).
+
+    Parameters
+    ----------
+    conv : NodeFormerConv
+        The layer whose forward cache the loss reads.
+    convention : {"paper", "authors"}, default "paper"
+        ``"paper"``: $t = 1$ ($\pi$ of Eq. (12)) and $Z = N$; ``"authors"``: $t =
+        1/\sqrt{\tau}$ (the layer's attention without noise) and $Z = E$, the authors'
+        mean over edges.
+
+    Shapes
+    ------
+    - **input**: ``params`` the layer's; ``layer_cache`` its :class:`NodeFormerCache`
+    - **output**: $\mathcal{L}_e$, a 0-d array
+    - **backward**: ``d_loss`` a scalar (default 1); returns ``d_x`` $(N, F)$ and
+      ``d_params`` keyed as the layer's ``params``, to add to the layer's own gradients
     """
 
     conv: NodeFormerConv

@@ -1,21 +1,10 @@
 """Kernelised all-pair attention of NodeFormer, O(N): softmax (Eq. 5) and Gumbel-Softmax (Eq. 7).
 
-Queries, keys and values are rows: ``Q, K (N, d)``, ``V (N, d_v)``; the output is
-``Z (N, d_v)``. Gumbel noise ``g (N, K)`` holds one value per *key* node ``v`` and
-sample ``s``, shared by all queries (as the authors' code draws it); ``K`` is the
-number of samples, ``tau > 0`` the temperature. :class:`KernelizedSoftmax` never forms
-``N x N``; with ``phi`` of Eq. 4 on ``Q / sqrt(tau)`` and ``K / sqrt(tau)`` and
-``omega (m, d)``::
-
-    Z_u = phi(q_u)^T sum_v phi(k_v) v_v^T / phi(q_u)^T sum_w phi(k_w)            (Eq. 5)
-    Z_u = (1/K) sum_s  phi(q_u)^T sum_v e^{g_vs/tau} phi(k_v) v_v^T
-                     / phi(q_u)^T sum_w e^{g_ws/tau} phi(k_w)          (Eq. 7, 17, Alg. 1)
-
-so ``phi(q/sqrt tau)^T phi(k/sqrt tau)`` estimates ``exp(q^T k / tau)`` (Prop. 1)
-and each sample weights key ``v`` by ``e^{g_vs / tau}``, is normalised on its
-own, and the ``K`` results are averaged (Alg. 1 line 8). Without ``gumbel`` the
-forms are Eq. 2 and Eq. 5 (``K = 1``, ``g = 0``, bit for bit). The exact ``O(N^2)``
-forms, the ground truth at small ``N``, are
+:class:`KernelizedSoftmax` states the equations (Eq. 5, 7, Alg. 1), its arguments and shapes;
+this docstring how they are computed. Gumbel noise ``g (N, K)`` holds one value per *key*
+node ``v`` and sample ``s``, shared by all queries (as the authors' code draws it). Without
+``gumbel`` the forms are Eq. 2 and Eq. 5 (``K = 1``, ``g = 0``, bit for bit). The exact
+``O(N^2)`` forms, the ground truth at small ``N``, are
 :class:`~refimpl.nn.nodeformer.all_pair_softmax.AllPairSoftmax`;
 the literal twin of this module, Eq. 7 written out with its backward, is
 :mod:`refimpl.naive.kernel_attention`.
@@ -86,12 +75,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from refimpl.backend import get_array_module
 from refimpl.fields import check_nonnegative_number
 from refimpl.kernels.parallel import map_blocks, row_blocks, sum_in_order
 from refimpl.nn.nodeformer.all_pair_softmax import check_attention_inputs
+from refimpl.nn.nodeformer.kernel_attention_cache import KernelizedSoftmaxCache
 from refimpl.nn.nodeformer.random_features import feature_exponent, feature_exponent_backward
 from refimpl.ops.linear import with_ones
 from refimpl.validation import NonFiniteError, check_cotangent
@@ -99,39 +89,40 @@ from refimpl.validation import NonFiniteError, check_cotangent
 __all__ = ["KernelizedSoftmax", "KernelizedSoftmaxCache"]
 
 
-class KernelizedSoftmaxCache(NamedTuple):
-    """What :meth:`KernelizedSoftmax.backward` reads (``K`` = samples, 1 without gumbel).
-
-    Per-node arrays are stored transposed, one column per node, so a row block's slice
-    runs along the nodes with unit stride. The key features ``K~`` (``K m`` per node) are
-    not kept: each block rebuilds them from ``log_weights`` and ``key_exponents``
-    (:func:`key_features`)."""
-
-    q: Any  # (N, d) queries (the features are taken of q / sqrt(tau))
-    k: Any  # (N, d) keys
-    v: Any  # (N, d_v)
-    omega: Any  # (m, d) projection, held fixed
-    query_features: Any  # (m, N) phi(q_u / sqrt tau), per-query shift
-    key_exponents: Any  # (m, N) a(k_v / sqrt tau) - r_v: phi(k_v)'s exponent, per-key shift
-    log_weights: Any  # (K, N) r_v + g_vs / tau - c_s - log sqrt(m): key v's log-weight in s
-    kv: Any  # (K m, d_v) U_s = K~_s^T V stacked over s (Alg. 1 line 7)
-    k_sum: Any  # (K, m) O_s = K~_s^T 1 (Alg. 1 line 7)
-    denominators: Any  # (K, N) O_s phi(q_u)
-    coefficients: Any  # (K, N) 1 / (K den_su): sample s's weight in query u's average
-
-
 @dataclass(frozen=True)
 class KernelizedSoftmax:
-    """Kernelised softmax (NodeFormer Eq. 5) and kernelised Gumbel-Softmax (Eq. 7, Alg. 1).
+    r"""Kernelised softmax (NodeFormer Eq. (5)) and Gumbel-Softmax (Eq. (7), (17), Alg. 1).
 
-    ``forward({}, q (N, d), k (N, d), v (N, d_v), omega (m, d), gumbel=None | (N, K))
-    -> (z (N, d_v), cache)``; ``backward({}, cache, d_z) -> ((d_q, d_k, d_v), {})``.
-    ``O(N K m (d + d_v))`` time, ``O(N (m + K))`` memory beyond inputs and outputs: the
-    ``K`` samples share one ``(K m, B)`` layout, so every product is one matrix product,
-    and the ``K m``-wide arrays exist one row block at a time (module docstring).
-    ``omega`` and ``gumbel`` are noise (no gradient) and must share ``q``'s dtype and
-    backend. Stabilisation, what cancels, the floor, ``N = 1`` and zero denominators:
-    module docstring.
+    With $\phi$ of Eq. (4) on $\boldsymbol{\omega}$ $(m, d)$, Gumbel noise $g_{vs}$ per key
+    $v$ and sample $s = 1..K$ (Eq. (5) is $K = 1$, $g = 0$), never forming $N \times N$:
+
+    $$
+    \mathbf{z}_u = \frac{1}{K} \sum_{s=1}^{K}
+    \frac{\phi(\mathbf{q}_u / \sqrt{\tau})^\top \sum_v e^{g_{vs} / \tau}
+    \phi(\mathbf{k}_v / \sqrt{\tau}) \mathbf{v}_v^\top}
+    {\phi(\mathbf{q}_u / \sqrt{\tau})^\top \sum_w e^{g_{ws} / \tau}
+    \phi(\mathbf{k}_w / \sqrt{\tau})}
+    $$
+
+    so $\phi(\mathbf{q}/\sqrt{\tau})^\top \phi(\mathbf{k}/\sqrt{\tau})$ estimates
+    $\exp(\mathbf{q}^\top \mathbf{k} / \tau)$ (Prop. 1): each sample is normalised on its
+    own and the $K$ results averaged (Alg. 1 line 8). $O(N K m (d + d_v))$ time, $O(N (m +
+    K))$ memory beyond inputs and outputs (row blocks, module docstring). Stabilisation,
+    what cancels, the floor, $N = 1$ and zero denominators: module docstring.
+
+    Parameters
+    ----------
+    tau : float, default 1.0
+        $\tau > 0$, the temperature; 1 is Eq. (5) as printed (the authors' code: 0.25).
+    stabilize : bool, default True
+        Log-domain shifts that cancel in the ratio; False evaluates Eq. (4) as printed.
+
+    Shapes
+    ------
+    - **input**: ``q``, ``k`` $(N, d)$; ``v`` $(N, d_v)$; ``omega`` $(m, d)$; ``gumbel``
+      $(N, K)$ or None (noise: no gradient; ``q``'s dtype and backend)
+    - **output**: ``z`` $(N, d_v)$
+    - **backward**: ``d_z`` $(N, d_v)$; returns ``((d_q, d_k, d_v), {})``
     """
 
     tau: float = 1.0  # temperature; 1 is Eq. 5 as printed (the authors' code defaults to 0.25)
@@ -160,7 +151,7 @@ class KernelizedSoftmax:
         scale = 1.0 / math.sqrt(self.tau)
         log_sqrt_m = 0.5 * math.log(m)  # Eq. 4's 1 / sqrt(m), in the log domain
         floor = _floor(xp, dtype) if self.stabilize else None
-        blocks = row_blocks(xp, n, ROW_BLOCK)
+        blocks = row_blocks(xp, n, ROW_BLOCK, block_row_bytes(samples, m, dtype))
         query_features = xp.empty((m, n), dtype=dtype)
         key_exponents = xp.empty((m, n), dtype=dtype)
         log_weights = xp.empty((samples, n), dtype=dtype)
@@ -258,7 +249,7 @@ class KernelizedSoftmax:
         n, (samples, m) = v.shape[0], k_sum.shape
         scale = 1.0 / math.sqrt(self.tau)
         floor = _floor(xp, v.dtype) if self.stabilize else None
-        blocks = row_blocks(xp, n, ROW_BLOCK)
+        blocks = row_blocks(xp, n, ROW_BLOCK, block_row_bytes(samples, m, v.dtype))
         if out is None:
             out = (xp.empty_like(q), xp.empty_like(k), xp.empty_like(v))
         d_q, d_k, d_v = out
@@ -318,6 +309,13 @@ class KernelizedSoftmax:
 
 
 ROW_BLOCK = 1024  # host rows per block: (K m, B) = (300, 1024) float32 is 1.2 MB, in L2
+
+
+def block_row_bytes(samples: int, m: int, dtype: Any) -> int:
+    """Bytes a row adds to a block's intermediates on a device (:func:`row_blocks`): the
+    backward's key block holds four ``(K m, B)`` arrays at once (the exponents, the key
+    features, their gradient and its product with them)."""
+    return 4 * samples * m * dtype.itemsize
 
 
 def key_features(log_weights: Any, key_exponents: Any, rows: slice, floor: Any) -> Any:

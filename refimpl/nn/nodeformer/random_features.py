@@ -87,6 +87,25 @@ STABILIZERS = (None, "row", "global")
 def draw_projection(rng: np.random.Generator, m: int, d: int, kind: str = "iid") -> np.ndarray:
     """Draw the projection ``omega`` ``(m, d)`` of Eq. 4: host ``float64``, rows ``N(0, I_d)``.
 
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        The generator the draws come from, in the order below.
+    m : int
+        The number of random features (rows).
+    d : int
+        The width of the inputs the features are taken of (columns).
+    kind : {"iid", "orthogonal"}, default "iid"
+        Independent Gaussian rows, or orthogonal blocks as below.
+
+    Returns
+    -------
+    numpy.ndarray, (m, d)
+        On the host; move it to a device and dtype with
+        ``refimpl.backend.asarray(omega, backend=..., dtype=...)``.
+
+    Notes
+    -----
     ``kind="iid"``: ``omega = rng.standard_normal((m, d))`` (NodeFormer Eq. 4).
 
     ``kind="orthogonal"``: orthogonal random features (Performer's
@@ -108,9 +127,6 @@ def draw_projection(rng: np.random.Generator, m: int, d: int, kind: str = "iid")
     LAPACK's Householder QR their ``Q[0, 0] = -|G[0, 0]| / ||G[:, 0]|| <= 0``
     always, so the first row of every block is not isotropic. The authors also
     reseed torch before each block; here one generator's stream runs through.
-
-    Returns a NumPy array; move it to a device and dtype with
-    ``refimpl.backend.asarray(omega, backend=..., dtype=...)``.
     """
     if not isinstance(rng, np.random.Generator):
         raise TypeError(
@@ -137,7 +153,19 @@ def feature_exponent(x: Any, omega: Any, scale: float = 1.0, transposed: bool = 
     """The exponent of Eq. 4 at ``s x`` (``s = scale``), ``a_i(s x_u) = s w_i^T x_u - s^2
     ||x_u||^2 / 2``, without forming ``s x``: ``(..., d) -> (..., m)`` (rows ``(N, d)``, or
     per head ``(N, H, d)``); ``transposed=True``: ``a^T (m, N)`` of rows ``(N, d)``,
-    computed in that orientation (C-contiguous)."""
+    computed in that orientation (C-contiguous).
+
+    Parameters
+    ----------
+    x : array, (..., d)
+        The rows the features are taken of.
+    omega : array, (m, d)
+        The projection.
+    scale : float, default 1.0
+        ``s``, the factor on ``x``.
+    transposed : bool, default False
+        Return ``a^T (m, N)`` (``x`` must then be ``(N, d)``).
+    """
     xp = get_array_module(x, omega)
     weights = omega if scale == 1.0 else scale * omega  # (m, d)
     half_squared_norms = (0.5 * scale * scale) * xp.einsum("...d,...d->...", x, x)  # (...)
@@ -151,6 +179,15 @@ def positive_random_features(x: Any, omega: Any, shift: Any = 0.0) -> Any:
 
     ``shift`` broadcasts against ``(N, m)``: a scalar, ``(N, 1)`` per row or
     ``(1, 1)``. No validation (see :class:`PositiveRandomFeatures` for the block).
+
+    Parameters
+    ----------
+    x : array, (N, d)
+        The rows the features are taken of.
+    omega : array, (m, d)
+        The projection.
+    shift : float or array, default 0.0
+        ``c``, subtracted from every exponent.
     """
     xp = get_array_module(x, omega)
     return xp.exp(feature_exponent(x, omega) - shift) * (1.0 / math.sqrt(omega.shape[0]))
@@ -161,6 +198,15 @@ def positive_random_features_backward(x: Any, omega: Any, features: Any, d_featu
 
     ``d phi_ui / d x_u = phi_ui (w_i - x_u)``, so
     ``d_x = (d_phi * phi) omega - rowsum(d_phi * phi) x``: ``(N, d)``.
+
+    Parameters
+    ----------
+    x, omega : array, (N, d) and (m, d)
+        As given to :func:`positive_random_features`.
+    features : array, (N, m)
+        Its output ``phi``.
+    d_features : array, (N, m)
+        The gradient of ``phi``.
     """
     return feature_exponent_backward(x, omega, d_features * features)  # d a = d_phi phi
 
@@ -170,7 +216,19 @@ def feature_exponent_backward(
 ) -> Any:
     """Vjp of :func:`feature_exponent` in ``x``: ``a = s x omega^T - s^2 ||x||^2 / 2`` gives
     ``d_x = d_a (s omega) - s^2 rowsum(d_a) x``, ``(..., m) -> (..., d)``; written into
-    ``out`` when given."""
+    ``out`` when given.
+
+    Parameters
+    ----------
+    x, omega : array, (..., d) and (m, d)
+        As given to :func:`feature_exponent`.
+    d_exponent : array, (..., m)
+        The gradient of the exponent ``a``.
+    scale : float, default 1.0
+        As given to it.
+    out : array, (..., d), optional
+        Where to write ``d_x``.
+    """
     xp = get_array_module(x, d_exponent)
     weights = omega if scale == 1.0 else scale * omega  # (m, d)
     d_x = xp.matmul(d_exponent, weights, out=out)  # (..., m) @ (m, d) -> (..., d)
@@ -181,24 +239,62 @@ def feature_exponent_backward(
 
 
 class RandomFeaturesCache(NamedTuple):
-    """What :meth:`PositiveRandomFeatures.backward` reads."""
+    """What :meth:`PositiveRandomFeatures.backward` reads.
 
-    x: Any  # (N, d) input
-    omega: Any  # (m, d) projection, held fixed
-    features: Any  # (N, m) the stabilised phi(x)
-    shift: Any  # (N, 1) "row", (1, 1) "global", 0-d zero for None: the c subtracted
-    argmax: Any  # (N,) i* per row ("row"), 0-d flat index u* m + i* ("global"), or None
+    Attributes
+    ----------
+    x : array, (N, d)
+        The input.
+    omega : array, (m, d)
+        The projection, held fixed.
+    features : array, (N, m)
+        The stabilised ``phi(x)``.
+    shift : array
+        The ``c`` subtracted: ``(N, 1)`` for ``"row"``, ``(1, 1)`` for ``"global"``, a 0-d
+        zero for None.
+    argmax : array or None
+        ``i*`` per row ``(N,)`` for ``"row"``, the 0-d flat index ``u* m + i*`` for
+        ``"global"``, None for None.
+    """
+
+    x: Any
+    omega: Any
+    features: Any
+    shift: Any
+    argmax: Any
 
 
 @dataclass(frozen=True)
 class PositiveRandomFeatures:
-    """Positive random features ``phi`` (NodeFormer Eq. 4), stabilised, with their backward.
+    r"""Positive random features $\phi$ (NodeFormer Eq. (4)), stabilised, with their backward.
 
-    ``forward({}, x (N, d), omega (m, d)) -> (phi (N, m), cache)``;
-    ``backward({}, cache, d_phi (N, m)) -> (d_x (N, d), {})``. ``omega`` is noise:
-    it must share ``x``'s dtype and backend, and gets no gradient. See the module
-    docstring for the shift, what cancels, and which function the backward
-    differentiates (``hold_shift``).
+    For $\mathbf{x} \in \mathbb{R}^d$ and a projection $\boldsymbol{\omega}$ $(m, d)$ with rows
+    $\mathbf{w}_i$, less a shift $c$ (the stabiliser) that cancels in the attention's ratios:
+
+    $$
+    \phi(\mathbf{x}) = \frac{e^{-c}}{\sqrt{m}} \exp(-\lVert \mathbf{x} \rVert^2 / 2)
+    [\exp(\mathbf{w}_1^\top \mathbf{x}), \dots, \exp(\mathbf{w}_m^\top \mathbf{x})]
+    $$
+
+    so that, with $c = 0$ and Gaussian rows, $\mathbb{E}[\phi(\mathbf{x})^\top
+    \phi(\mathbf{y})] = \exp(\mathbf{x}^\top \mathbf{y})$ (Prop. 1, Eq. (18)). The module
+    docstring gives the shift, what cancels, and which function the backward differentiates.
+
+    Parameters
+    ----------
+    stabilizer : {None, "row", "global"}, default None
+        $c$: 0 (Eq. (4) as printed); per row, $c_u = \max_i (\mathbf{w}_i^\top \mathbf{x}_u -
+        \lVert \mathbf{x}_u \rVert^2 / 2)$ (for queries, as the authors' code); or one maximum
+        over the whole array (for keys).
+    hold_shift : bool, default False
+        The backward holds $c$ constant: exact only for a consumer in which it cancels.
+
+    Shapes
+    ------
+    - **input**: ``x`` $(N, d)$; ``omega`` $(m, d)$ (noise: no gradient; ``x``'s dtype and
+      backend)
+    - **output**: $\phi$ $(N, m)$
+    - **backward**: ``d_phi`` $(N, m)$; returns ``(d_x (N, d), {})``
     """
 
     stabilizer: str | None = None  # None (Eq. 4) | "row" (authors' queries) | "global" (keys)
@@ -262,7 +358,20 @@ class PositiveRandomFeatures:
 
 
 def check_features_input(x: Any, omega: Any, owner: str, name: str = "x") -> Any:
-    """``x`` (N, d) and ``omega`` (m, d): finite, N, d, m >= 1, one dtype and backend."""
+    """``x`` (N, d) and ``omega`` (m, d): finite, N, d, m >= 1, one dtype and backend; returns
+    ``x``'s array module.
+
+    Parameters
+    ----------
+    x : array, (N, d)
+        The input checked.
+    omega : array, (m, d)
+        The projection checked against it.
+    owner : str
+        The block named in the messages.
+    name : str, default "x"
+        The input's name in the messages.
+    """
     xp = check_input(x, name, shape=(None, None))
     n, d = x.shape
     if n == 0 or d == 0:
@@ -289,7 +398,17 @@ def draw_gumbel(rng: np.random.Generator, shape: tuple, dtype: Any = np.float64)
     ``U = max(rng.random(shape), 2^-1074)`` drawn and transformed in float64, in chunks of
     ``_GUMBEL_CHUNK`` (1e7 draws at N = 1e6 would otherwise make a float64 array twice the
     result's size). ``rng.random`` fills in C order, so the chunks draw the same values as
-    one call."""
+    one call.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        The generator ``U`` is drawn from.
+    shape : tuple of int
+        The noise's shape, e.g. ``(N, H, K)``.
+    dtype : dtype, default numpy.float64
+        The result's dtype.
+    """
     out = np.empty(shape, dtype=dtype)
     flat = out.reshape(-1)
     for start in range(0, flat.size, _GUMBEL_CHUNK):

@@ -31,16 +31,55 @@ __all__ = [
 
 
 class Operator(NamedTuple):
-    """One normalised adjacency ``A_j`` of the relational bias."""
+    """One normalised adjacency ``A_j`` of the relational bias.
+
+    Attributes
+    ----------
+    graph : Graph
+        The graph of ``A_j`` (its edges carry the weights).
+    weights : array, (E, 1)
+        ``1 / sqrt(d_in(v) d_out(u))`` per edge ``u -> v``.
+    host : tuple
+        ``(A, A^T)``, SciPy CSR ``(N, N)`` on the host, built once per graph and dtype; or
+        ``()``.
+    """
 
     graph: Graph
-    weights: Any  # (E, 1) 1 / sqrt(d_in(v) d_out(u)) per edge u -> v
-    host: tuple  # (A, A^T) SciPy CSR (N, N) on the host, built once per graph and dtype; ()
+    weights: Any
+    host: tuple
 
 
 @dataclass(frozen=True)
 class RelationalBias:
-    """The relational-bias terms of one layer and their backward (module docstring)."""
+    r"""The relational-bias terms of one layer and their backward (NodeFormer Eq. (8), Alg. 1
+    line 9, in the authors' code's form).
+
+    Per head $h$, added to the attention output $\mathbf{z}_h$ before the heads are joined:
+
+    $$
+    \mathbf{z}_h \mathrel{+}= \sum_{j=1}^{r} f(b_{j h})\, \mathbf{A}_j \mathbf{v}_h,
+    \qquad
+    \hat{\mathbf{A}} = \mathbf{D}_{in}^{-1/2} \mathbf{A} \mathbf{D}_{out}^{-1/2}
+    $$
+
+    Parameters
+    ----------
+    mode : {"sigmoid", "identity"}
+        The gate $f$.
+    order : int
+        $r$, the number of adjacency terms.
+    powers : {"paper", "authors"}
+        $\mathbf{A}_j = \hat{\mathbf{A}}^j$ (``"paper"``), or the degree-normalised pattern
+        of $\mathbf{A}^{2^{j-1}}$ (``"authors"``: $\mathbf{A}, \mathbf{A}^2, \mathbf{A}^4,
+        \dots$).
+
+    Shapes
+    ------
+    - **input**: values ``v`` and the output ``z`` $(N, H, C)$; ``b_rel`` $(r, H)$
+    - **output**: ``z`` updated in place by :meth:`add_terms`
+    - **backward**: :meth:`add_terms_backward` adds into ``d_v`` $(N, H, C)$ and returns
+      ``d_f`` $(r, H)$; :meth:`gate_backward` turns it into ``d_b_rel`` $(r, H)$
+    """
 
     mode: str  # "sigmoid" | "identity": the gate f
     order: int  # r, the number of adjacency terms
@@ -103,7 +142,17 @@ class RelationalBias:
 
 def apply_operator(operator: Operator, h: Any, transpose: bool = False) -> Any:
     """``A h`` (or ``A^T h``) for (N, H, C), ``A[v, u] = sum of w_e over edges u -> v``;
-    all heads at once, as one head of width ``H * C``."""
+    all heads at once, as one head of width ``H * C``.
+
+    Parameters
+    ----------
+    operator : Operator
+        The normalised adjacency ``A_j``.
+    h : array, (N, H, C)
+        The values (or their gradient).
+    transpose : bool, default False
+        Apply ``A^T`` (the adjoint, for the backward).
+    """
     n, heads, c = h.shape
     if operator.host:  # the host matrices, built once: no per-call assembly from the weights
         matrix = operator.host[1 if transpose else 0]
@@ -138,6 +187,15 @@ def normalized_edge_weights(graph: Graph, xp: Any, dtype: Any) -> Any:
     the code's ``add_conv_relational_bias`` (degrees count duplicate edges and self-loops).
 
     Computed once per graph, array module and dtype (every training step asks again).
+
+    Parameters
+    ----------
+    graph : Graph
+        The graph of ``A``.
+    xp : module
+        The array module the weights live on.
+    dtype : dtype
+        Their dtype.
     """
     by_kind = _WEIGHTS.setdefault(graph, {})
     key = (xp.__name__, np.dtype(dtype).str)
@@ -166,6 +224,13 @@ def power_graphs(graph: Graph, order: int) -> list[Graph]:
     product of the binarised adjacency with itself, so graph ``j`` holds the pairs
     joined by a walk of ``2^(j-1)`` edges, each once. Computed on the host with
     SciPy, once per graph (cached while the graph lives), moved to its backend.
+
+    Parameters
+    ----------
+    graph : Graph
+        The layer's graph ``A`` (self-loops as configured).
+    order : int
+        ``r``, the number of graphs returned.
     """
     import scipy.sparse as sp
 

@@ -13,12 +13,32 @@ __all__ = ["affine_init", "affine_shapes"]
 
 
 def affine_shapes(channels: int, affine: bool) -> dict[str, tuple[int, ...]]:
-    """``weight (C,)`` and ``bias (C,)``, or none without ``affine``."""
+    """``weight (C,)`` and ``bias (C,)``, or none without ``affine``.
+
+    Parameters
+    ----------
+    channels : int
+        ``C``.
+    affine : bool
+        Whether the map is learned.
+    """
     return {"weight": (channels,), "bias": (channels,)} if affine else {}
 
 
 def affine_init(channels: int, affine: bool, backend: str | None, dtype: Any) -> dict[str, Any]:
-    """``weight`` ones and ``bias`` zeros, as torch and PyG (no randomness), on ``backend``."""
+    """``weight`` ones and ``bias`` zeros, as torch and PyG (no randomness), on ``backend``.
+
+    Parameters
+    ----------
+    channels : int
+        ``C``.
+    affine : bool
+        Whether the map is learned (``{}`` if not).
+    backend : str or None
+        The array backend (None: the current one).
+    dtype : dtype
+        The parameters' dtype.
+    """
     if not affine:
         return {}
     return {

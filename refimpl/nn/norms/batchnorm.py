@@ -76,36 +76,52 @@ BATCHNORM_STATE = ("running_mean", "running_var")  # torch.nn.BatchNorm1d's buff
 
 
 class BatchNormCache(NamedTuple):
-    """What :meth:`BatchNorm.backward` reads, and the running statistics after the step."""
+    """What :meth:`BatchNorm.backward` reads, and the running statistics after the step.
 
-    xhat: Any  # (M, C) standardised input, before the affine map
-    inv_std: Any  # (C,) 1 / sqrt(var + eps): batch variance (training) or running_var
-    training: bool  # batch statistics (training) or running statistics (evaluation)
-    state: dict[str, Any]  # the running statistics after this step (a new dict)
+    Attributes
+    ----------
+    xhat : array, (M, C)
+        The standardised input, before the affine map.
+    inv_std : array, (C,)
+        ``1 / sqrt(var + eps)``: of the batch variance (training) or of ``running_var``.
+    training : bool
+        Batch statistics (training) or running statistics (evaluation).
+    state : dict
+        The running statistics after this step (a new dict).
+    """
+
+    xhat: Any
+    inv_std: Any
+    training: bool
+    state: dict[str, Any]
 
 
 @dataclass(frozen=True)
 class BatchNorm:
-    """Batch normalisation over rows, ``torch.nn.BatchNorm1d(C)`` on an ``(M, C)`` input.
+    r"""Batch normalisation over rows, ``torch.nn.BatchNorm1d(C)`` on an ``(M, C)`` input.
 
-    Ioffe & Szegedy 2015, Alg. 1, with PyTorch's running statistics (see the module
-    docstring for the running-statistics update and the backward steps)::
+    Ioffe & Szegedy 2015, Alg. 1, with PyTorch's running statistics (the module docstring
+    gives their update and the backward's steps). Per channel, in training with the batch's
+    mean $\mu$ and biased variance $\sigma^2$ over the $M$ rows, in evaluation with
+    ``running_mean`` and ``running_var`` in their place:
 
-        training:    y = (x - mean_rows x) / sqrt(var_rows x + eps) * weight + bias
-                     (var_rows biased; running_var updated with the unbiased variance)
-        evaluation:  y = (x - running_mean) / sqrt(running_var + eps) * weight + bias
+    $$
+    y_{ic} = \frac{x_{ic} - \mu_c}{\sqrt{\sigma_c^2 + \epsilon}}\, w_c + b_c
+    $$
+
+    (``running_var`` is updated with the unbiased variance, as torch's).
 
     Parameters
     ----------
     channels : int
         ``C``, the number of features per row (``num_features`` in torch); >= 1.
-    momentum : float
-        Weight of the batch statistic in the running average, in ``[0, 1]``; default 0.1
-        (torch's). 0 freezes the running statistics, 1 keeps only the last batch's.
-    eps : float
-        Added to the variance under the square root, ``> 0``; default 1e-5 (torch's).
-    affine : bool
-        Learnable per-channel ``weight`` (ones) and ``bias`` (zeros); default True.
+    momentum : float, default 0.1
+        Weight of the batch statistic in the running average, in ``[0, 1]`` (torch's
+        default). 0 freezes the running statistics, 1 keeps only the last batch's.
+    eps : float, default 1e-5
+        $\epsilon > 0$, added to the variance under the square root (torch's default).
+    affine : bool, default True
+        Learnable per-channel ``weight`` $w$ (ones) and ``bias`` $b$ (zeros).
 
     Shapes
     ------

@@ -79,20 +79,64 @@ LAYERNORM_MODES = ("node", "graph")
 
 class LayerNormCache(NamedTuple):
     """What :meth:`LayerNorm.backward` reads (statistics are ``(N, 1)`` per node, ``(1, 1)``
-    per graph)."""
+    per graph).
 
-    xhat: Any  # (N, C) standardised input, before the affine map
-    root: Any  # (N, 1) or (1, 1): sqrt(var), eps excluded
-    denominator: Any  # shaped like root: sqrt(var + eps) or sqrt(var) + eps
+    Attributes
+    ----------
+    xhat : array, (N, C)
+        The standardised input, before the affine map.
+    root : array, (N, 1) or (1, 1)
+        ``sqrt(var)``, ``eps`` excluded.
+    denominator : array, shaped as root
+        ``sqrt(var + eps)`` or ``sqrt(var) + eps``.
+    """
+
+    xhat: Any
+    root: Any
+    denominator: Any
 
 
 @dataclass(frozen=True)
 class LayerNorm:
-    """Layer normalisation per node or per graph; see the module docstring for the equations.
+    r"""Layer normalisation (Ba, Kiros & Hinton 2016) per node or per graph.
 
-    ``mode`` has no default on purpose: ``torch.nn.LayerNorm`` normalises each node
-    ("node") while PyG's ``LayerNorm`` defaults to the whole graph ("graph"), and a
-    silent choice would surprise users of one or the other.
+    Over the group $G$ of each entry (a node's $C$ features, or all $N C$ entries of the
+    graph), with biased statistics and $\epsilon$ placed as ``eps_inside_sqrt`` says (as
+    the massive-activations supplement's Eq. (11) applies it, per node):
+
+    $$
+    \mathbf{x}' = \frac{\mathbf{x} - \mu_G}{\sqrt{\sigma_G^2 + \epsilon}} \odot
+    \mathbf{w} + \mathbf{b}
+    \quad \text{or} \quad
+    \mathbf{x}' = \frac{\mathbf{x} - \mu_G}{\sigma_G + \epsilon} \odot \mathbf{w} +
+    \mathbf{b}
+    $$
+
+    with $\mathbf{w}$ (``weight``, ones) and $\mathbf{b}$ (``bias``, zeros) per feature
+    when ``affine``. The module docstring gives the edge cases and the backward's steps.
+
+    Parameters
+    ----------
+    channels : int
+        $C$, the features per node.
+    mode : {"node", "graph"}
+        ``"node"``: ``torch.nn.LayerNorm(C)`` and PyG's ``LayerNorm(mode="node")``;
+        ``"graph"``: PyG's default. No default on purpose: a silent choice would surprise
+        the users of one or the other.
+    affine : bool, default True
+        Learn the per-feature ``weight`` and ``bias`` (PyG's and torch's default).
+    eps : float, default 1e-5
+        $\epsilon \ge 0$, added to the denominator (PyG's and torch's default).
+    eps_inside_sqrt : bool or None, default None
+        None: as PyG without a batch vector, inside the root for ``"node"``, outside for
+        ``"graph"``; True: inside (PyG with a batch vector); False: outside.
+
+    Shapes
+    ------
+    - **input**: ``x`` $(N, C)$, the rows of one graph
+    - **output**: $(N, C)$
+    - **backward**: ``d_out`` $(N, C)$; returns ``d_x`` $(N, C)$ and ``d_params``
+      (``weight``, ``bias`` $(C,)$ with ``affine``)
     """
 
     channels: int  # C, the number of features per node

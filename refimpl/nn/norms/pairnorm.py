@@ -85,19 +85,63 @@ PAIRNORM_MODES = ("PN", "PN-SI", "PN-SCS")
 
 
 class PairNormCache(NamedTuple):
-    """What :meth:`PairNorm.backward` reads."""
+    """What :meth:`PairNorm.backward` reads.
 
-    base: Any  # (N, C) what the scaling acts on: x - m ("PN", "PN-SI") or x ("PN-SCS")
-    root: Any  # (1, 1) for "PN", else (N, 1): sqrt of the statistic q, eps excluded
-    denominator: Any  # shaped like root: sqrt(q + eps) or sqrt(q) + eps
+    Attributes
+    ----------
+    base : array, (N, C)
+        What the scaling acts on: ``x - m`` ("PN", "PN-SI") or ``x`` ("PN-SCS").
+    root : array, (1, 1) for "PN", else (N, 1)
+        The square root of the statistic ``q``, ``eps`` excluded.
+    denominator : array, shaped as root
+        ``sqrt(q + eps)`` or ``sqrt(q) + eps``.
+    """
+
+    base: Any
+    root: Any
+    denominator: Any
 
 
 @dataclass(frozen=True)
 class PairNorm:
-    """PairNorm over the nodes of one graph; see the module docstring for the equations.
+    r"""PairNorm (Zhao & Akoglu 2020) over the nodes of one graph: its Center and Scale steps.
 
-    ``forward(params, x)`` maps ``x`` of shape ``(N, C)``, any ``C``, to ``(N, C)``;
-    ``params`` must be ``{}``. The output has ``x``'s dtype and backend.
+    With $s$ = ``scale``, the column mean $\mathbf{m} = \frac{1}{N} \sum_i \mathbf{x}_i$ and
+    $\mathbf{x}^c_i = \mathbf{x}_i - \mathbf{m}$ (``eps`` placed as ``eps_inside_sqrt``
+    says; the paper's equation numbers are not cited, as it is not among the project's
+    papers), the modes ``"PN"``, ``"PN-SI"`` and ``"PN-SCS"`` are:
+
+    $$
+    \mathbf{x}'_i = \frac{s\,\mathbf{x}^c_i}{\sqrt{\epsilon + \frac{1}{N} \sum_j
+    \lVert \mathbf{x}^c_j \rVert^2}},
+    \qquad
+    \mathbf{x}'_i = \frac{s\,\mathbf{x}^c_i}{\lVert \mathbf{x}^c_i \rVert + \epsilon},
+    \qquad
+    \mathbf{x}'_i = \frac{s\,\mathbf{x}_i}{\sqrt{\epsilon + \lVert \mathbf{x}_i
+    \rVert^2}} - \mathbf{m}
+    $$
+
+    No parameters (``params`` is ``{}``); the output has ``x``'s dtype and backend. The
+    module docstring gives the edge cases and the backward's steps.
+
+    Parameters
+    ----------
+    mode : {"PN", "PN-SI", "PN-SCS"}, default "PN"
+        ``"PN"`` and ``"PN-SI"`` are PyG's ``PairNorm(scale_individually=False / True)``;
+        ``"PN-SCS"`` (scale and centre simultaneously) is the authors' code's.
+    scale : float, default 1.0
+        $s$, the target root-mean-square row norm (PyG's ``scale``).
+    eps : float, default 1e-5
+        $\epsilon$, added to the denominator (PyG's ``eps``; the authors' code: 1e-6).
+    eps_inside_sqrt : bool or None, default None
+        None: PyG's placement (as above; ``"PN-SCS"`` the authors'); True: inside the root
+        in every mode (the authors' code); False: outside in every mode.
+
+    Shapes
+    ------
+    - **input**: ``x`` $(N, C)$, the rows of one graph
+    - **output**: $(N, C)$
+    - **backward**: ``d_out`` $(N, C)$; returns ``(d_x (N, C), {})``
     """
 
     mode: str = "PN"  # "PN", "PN-SI" or "PN-SCS"; PyG default "PN"
