@@ -24,7 +24,7 @@ and the training run (``run/``: log, checkpoints, final parameters).
 
     python scripts/massive_activations.py [--layers 6] [--epochs 60] [--graphs 1000]
         [--seed 0] [--arch gt] [--explicit-bias] [--out runs/massive_activations] [--resume]
-        [--quick]
+        [--quick] [--no-progress]
 
 ``--resume`` continues the training run from ``run/checkpoint.npz`` (it ends with
 the same parameters as an uninterrupted run). ``--quick``: 200 graphs, 4 layers, 3
@@ -152,6 +152,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=Path("runs/massive_activations"))
     parser.add_argument("--quick", action="store_true", help="tiny smoke run")
     parser.add_argument("--dpi", type=int, default=72, help="resolution of the plot")
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (it is off anyway where the output is not a terminal)",
+    )
     add_script_run_options(parser)
     return parser
 
@@ -163,7 +168,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = build_parser().parse_args(argv)
     args.explicit = explicit_options(build_parser, argv)
     # one training run: a resumed one may be given more --epochs
-    extendable = SCRIPT_OUTPUT_ONLY | {"epochs"}
+    extendable = SCRIPT_OUTPUT_ONLY | {"epochs", "no_progress"}
     open_script_run(args, "massive_activations", args.out, OUTPUTS, extendable)
     if args.quick:
         args.graphs, args.layers, args.epochs = 200, 4, 3
@@ -212,7 +217,14 @@ def main(argv: list[str] | None = None) -> dict:
     checkpoint = args.out / "run" / "checkpoint.npz"
     resume = checkpoint if args.resume and checkpoint.is_file() else None
     result = train_graph_model(
-        model, train, val, test, config, out_dir=args.out / "run", resume=resume, progress=True
+        model,
+        train,
+        val,
+        test,
+        config,
+        out_dir=args.out / "run",
+        resume=resume,
+        progress=not args.no_progress,
     )
     seconds = time.perf_counter() - start
     constant = float(np.abs(test.y - np.median(train.y, axis=0)).mean())  # best constant for L1

@@ -64,6 +64,7 @@ def run_one(job: dict) -> dict:
     argv = ["--study", arch, "--epochs", str(job["epochs"]), "--seed", str(job["seed"])]
     argv += ["--out", job["run_dir"], *(["--explicit-bias"] if bias else [])]
     argv += ["--quick"] if job["quick"] else []
+    argv += ["--no-progress"]  # jobs run side by side: their bars would interleave
     if job["molecules"] is not None:
         argv += ["--molecules", job["molecules"], "--target", job["target"]]
         argv += ["--splits", job["splits"]] if job["splits"] is not None else []

@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from refimpl.cli.options import default_out
+from refimpl.cli.run_log import best_epoch_words
 from refimpl.cli.runs import open_cli_run
+from refimpl.cli.training_options import schedule_from_args
 from refimpl.cli.types import positive_int
 from refimpl.train.resume import data_fingerprint
 
@@ -237,8 +239,6 @@ def build_graph_model(args: argparse.Namespace, dataset: Any) -> Any:
 def graph_schedule(args: argparse.Namespace, train: Any) -> Any:
     """``--lr-schedule`` stepped per epoch; ReduceLROnPlateau watches the validation metric, so
     its mode follows it unless typed: min for the MAE of regression, max for ROC-AUC."""
-    from refimpl.cli.options import schedule_from_args
-
     schedule = schedule_from_args(args)
     if getattr(schedule, "needs_metric", False) and "lr_mode" not in args.explicit:
         mode = "max" if train.task == "multilabel" else "min"
@@ -297,8 +297,8 @@ def run_graph(args: argparse.Namespace) -> int:
         )  # fmt: skip
         runs.append(result)
         print(
-            f"seed {seed}: best validation {result.metric} {result.val_metric:.4f} after "
-            f"{result.best_epoch + 1} epochs, test there {result.test_metric:.4f}; "
+            f"seed {seed}: best validation {result.metric} {result.val_metric:.4f} "
+            f"{best_epoch_words(result.best_epoch)}, test there {result.test_metric:.4f}; "
             f"{result.epochs_run} epochs run",
             flush=True,
         )

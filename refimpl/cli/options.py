@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from refimpl.cli.training_options import CHECKPOINT_EVERY, add_schedule_options
 from refimpl.cli.types import (
     fraction,
     non_negative_float,
@@ -19,8 +20,6 @@ from refimpl.cli.types import (
 )
 from refimpl.init import INITIALISERS
 from refimpl.nn.norms.pairnorm import PAIRNORM_MODES
-from refimpl.schedules import MultiStepLR, ReduceLROnPlateau
-from refimpl.train import TrainConfig
 
 __all__ = [
     "add_data_options",
@@ -31,7 +30,6 @@ __all__ = [
     "dataset_for_seeds",
     "default_out",
     "load_data",
-    "train_config",
 ]
 
 
@@ -241,10 +239,10 @@ def add_training_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--checkpoint-every",
         type=non_negative_int,
-        default=0,
+        default=CHECKPOINT_EVERY,
         metavar="N",
-        help="write checkpoint.npz every N epochs and at the last (atomic); what --resume "
-        "continues from",
+        help="write checkpoint.npz every N epochs and at the last (atomic; 0: never); what "
+        "--resume continues from after Ctrl-C",
     )
     group.add_argument(
         "--diagnostics",
@@ -264,32 +262,12 @@ def add_training_options(parser: argparse.ArgumentParser) -> None:
         default="all",
         help="--batch-size cuts all nodes, or the training nodes only (NodeFormer's main-batch.py)",
     )
-    group.add_argument("--no-progress", action="store_true", help="no progress bar")
+    group.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (it is off by itself where the output is not a terminal)",
+    )
     add_schedule_options(parser)
-
-
-def add_schedule_options(parser: argparse.ArgumentParser) -> None:
-    """Node-level learning-rate schedules (refimpl.schedules; docs/guide/training.md)."""
-    group = parser.add_argument_group("learning-rate schedule (node-level training)")
-    group.add_argument(
-        "--lr-schedule", choices=["none", "plateau", "multistep"], default="none", help="torch's"
-    )
-    group.add_argument(
-        "--lr-step", choices=["epoch", "batch"], default="epoch", help="step per epoch or batch"
-    )
-    group.add_argument(
-        "--lr-milestones", type=positive_int, nargs="+", default=[100, 200], help="multistep"
-    )
-    group.add_argument("--lr-gamma", type=positive_float, default=0.5, help="multistep")
-    group.add_argument(
-        "--lr-mode",
-        choices=["min", "max"],
-        default="min",
-        help="plateau: watch the validation loss (min) or accuracy (max)",
-    )
-    group.add_argument("--lr-factor", type=positive_float, default=0.1, help="plateau")
-    group.add_argument("--lr-patience", type=non_negative_int, default=10, help="plateau")
-    group.add_argument("--lr-min", type=non_negative_float, default=0.0, help="plateau")
 
 
 def load_data(name: str, args: argparse.Namespace) -> Any:
@@ -392,33 +370,6 @@ def build_model(args: argparse.Namespace, dataset: Any, num_layers: int) -> Any:
         lipschitz_norm=args.lipschitz_norm,
         pairnorm=args.pairnorm,
     )
-
-
-def train_config(args: argparse.Namespace, init: str | None = None) -> TrainConfig:
-    return TrainConfig(
-        epochs=args.epochs,
-        optimizer=args.optimizer,
-        lr=args.lr,
-        weight_decay=args.weight_decay,
-        loss_threshold=args.loss_threshold,
-        checkpoint_every=args.checkpoint_every,
-        init=init or args.init,
-        diagnostics=getattr(args, "diagnostics", False),
-        batch_size=getattr(args, "batch_size", None),
-        batch_nodes=getattr(args, "batch_nodes", "all"),
-        schedule=schedule_from_args(args),
-        schedule_every=getattr(args, "lr_step", "epoch"),
-    )
-
-
-def schedule_from_args(args: argparse.Namespace) -> Any:
-    """The ``--lr-*`` options as a refimpl.schedules configuration, or None."""
-    kind = getattr(args, "lr_schedule", "none")
-    if kind == "multistep":
-        return MultiStepLR(args.lr_milestones, args.lr_gamma)
-    if kind == "plateau":
-        return ReduceLROnPlateau(args.lr_mode, args.lr_factor, args.lr_patience, min_lr=args.lr_min)
-    return None
 
 
 def default_out(command: str) -> Path:

@@ -15,7 +15,6 @@ from refimpl.cli.options import (
     dataset_for_seeds,
     default_out,
     load_data,
-    train_config,
 )
 from refimpl.cli.runs import (
     SWEEP_OUTPUT_ONLY,
@@ -24,6 +23,7 @@ from refimpl.cli.runs import (
     open_cli_run,
     resume_options,
 )
+from refimpl.cli.training_options import train_config
 from refimpl.cli.types import DefaultsHelpFormatter, non_negative_int, positive_int
 from refimpl.files import atomic_write
 from refimpl.init import INITIALISERS

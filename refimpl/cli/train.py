@@ -16,14 +16,15 @@ from refimpl.cli.options import (
     dataset_for_seeds,
     default_out,
     load_data,
-    train_config,
 )
+from refimpl.cli.run_log import best_epoch_words
 from refimpl.cli.runs import (
     add_run_folder_options,
     open_cli_run,
     resume_options,
     stored_options,
 )
+from refimpl.cli.training_options import train_config
 from refimpl.cli.types import DefaultsHelpFormatter, non_negative_int, positive_int
 from refimpl.train import TrainingDiverged, format_summary, run_seeds
 from refimpl.train.resume import data_fingerprint
@@ -75,8 +76,8 @@ def _print_seed(result: Any, earlier: bool) -> None:
     """One line per seed as it ends, so a long multi-seed run shows its progress."""
     when = " (finished earlier)" if earlier else ""
     print(
-        f"seed {result.seed}: best validation {result.val_acc:.4f} after "
-        f"{result.best_epoch + 1} epochs, test there {result.test_acc:.4f}; "
+        f"seed {result.seed}: best validation {result.val_acc:.4f} "
+        f"{best_epoch_words(result.best_epoch)}, test there {result.test_acc:.4f}; "
         f"{result.epochs_run} epochs run{when}",
         flush=True,
     )

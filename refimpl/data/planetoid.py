@@ -1,7 +1,7 @@
 """Planetoid citation graphs (Cora, CiteSeer, PubMed) from the ``ind.*`` pickles.
 
 Preprocessing is tkipf/gcn ``load_data``, which PyG ``read_planetoid_data``
-matches (datasets/README.md, "Standard preprocessing"):
+matches:
 
 1. ``test.index`` in file order (unsorted) and its sorted copy.
 2. CiteSeer: the test ids span ``2312..3326`` (1015 ids) but ``tx`` has 1000
@@ -40,6 +40,8 @@ __all__ = ["PLANETOID_NAMES", "load_planetoid", "planetoid_edge_index"]
 PLANETOID_NAMES = ("cora", "citeseer", "pubmed")
 _PARTS = ("x", "y", "tx", "ty", "allx", "ally", "graph")
 _NUM_VAL = 500  # Yang et al. 2016 / Kipf & Welling 2017 public split
+# where the files are published (PyG's Planetoid downloads them from there too)
+_SOURCE = "https://github.com/kimiyoung/planetoid"
 # Dense cells a sparse matrix may claim per byte of its file: the real files claim 1-15
 # (PubMed's TF-IDF 1.3, CiteSeer 14); a claim far beyond is a forged shape whose dense
 # form would exhaust memory.
@@ -56,7 +58,7 @@ def _planetoid_dir(root: str | Path, name: str) -> Path:
             return candidate
     raise FileNotFoundError(
         f"no Planetoid files ind.{name}.* in {root} or {root / 'planetoid'}; pass the folder "
-        "that holds them (or its parent)"
+        f"that holds them (or its parent), copied from the data/ folder of {_SOURCE}"
     )
 
 
@@ -64,15 +66,10 @@ def _check_files(folder: Path, name: str, parts: tuple[str, ...]) -> None:
     names = [f"ind.{name}.{part}" for part in (*parts, "test.index")]
     missing = [f for f in names if not (folder / f).is_file()]
     if missing:
-        hint = ""
-        if f"ind.{name}.allx" in missing and name == "pubmed":
-            hint = (
-                " (the shared datasets copy lacks ind.pubmed.allx, git blob "
-                "3b86bccf08111c37c632a9dd8ab63db25ea76361; see datasets/README.md, 'Gaps')"
-            )
         raise FileNotFoundError(
-            f"{name}: missing {', '.join(missing)} in {folder}{hint}; all 8 files "
-            f"ind.{name}.{{x,y,tx,ty,allx,ally,graph,test.index}} are needed"
+            f"{name}: missing {', '.join(missing)} in {folder}; all 8 files "
+            f"ind.{name}.{{x,y,tx,ty,allx,ally,graph,test.index}} are needed, as in the data/ "
+            f"folder of {_SOURCE} (docs: guide/data.md, 'Getting the files')"
         )
 
 
@@ -277,8 +274,8 @@ def load_planetoid(
     Raises
     ------
     FileNotFoundError
-        A file is missing (named in the message; PubMed's ``allx`` is absent
-        from the shared copy).
+        A file is missing (named in the message, with the folder searched and where the
+        Planetoid files are published).
     ValueError
         A file's content is malformed (see the module docstring), named in the message.
     UnsafePickleError

@@ -7,10 +7,12 @@ inputs, parameters (``state_dict()``), output and gradients (``named_parameters(
 :func:`refimpl.interop.crosscheck.crosscheck_arrays`: the same checks, tolerances, notes and
 per-tensor table as ``refimpl crosscheck FILE.npz``, whose format those arrays follow.
 
-The module given is not changed: the run uses a deep copy (``.cpu().double().eval()``), so
-the caller's device, dtype, training mode and gradients stay as they were; its frozen
-parameters (``requires_grad=False``) go to the crosscheck's ``"frozen"`` list. Inputs are
-those PyG's ``forward`` takes, a sparse adjacency read as PyG reads it (transposed). A
+The module given is not changed: the run uses a deep copy moved to the CPU in float64
+(``.to("cpu", torch.float64).eval()``), so a module on any device (a GPU's included) is
+checked, and the caller's device, dtype, training mode and gradients stay as they were; its
+inputs may be on any device too (they are copied to the host). Its frozen parameters
+(``requires_grad=False``) go to the crosscheck's ``"frozen"`` list. Inputs are those PyG's
+``forward`` takes, a sparse adjacency read as PyG reads it (transposed). A
 configuration refimpl has no counterpart for, and an input the check cannot read (a float
 ``edge_index``, ``x = (x_src, None)``, ...), raise
 :class:`~refimpl.interop.crosscheck.CrosscheckError` in one line saying which.
@@ -90,8 +92,9 @@ def check_pyg_module(
     Parameters
     ----------
     module : torch_geometric.nn.GATConv, GATv2Conv or TransformerConv
-        Left unchanged (a deep copy runs). Its frozen parameters (``requires_grad=False``)
-        take part in the forward; their gradients are not compared, and a note names each.
+        On any device; left unchanged (a deep copy moved to the CPU runs). Its frozen
+        parameters (``requires_grad=False``) take part in the forward; their gradients are not
+        compared, and a note names each.
     x : (N, in_channels) array or tensor, or a pair ``(x_src, x_dst)``
         The pair for a bipartite graph (``N_src`` sources, ``N_dst`` targets), as PyG takes
         it; checked as the crosscheck file's ``input/x_src`` and ``input/x_dst``. Both
@@ -158,7 +161,7 @@ def pyg_module_arrays(
     if edge_attr is not None:
         edge_attr_t = torch.as_tensor(np.array(host_array(edge_attr), dtype=np.float64))
         inputs.append(edge_attr_t.requires_grad_(True))
-    reference = copy.deepcopy(module).cpu().double().eval()
+    reference = copy.deepcopy(module).to("cpu", torch.float64).eval()
     try:
         out = reference(*inputs)
     except (AssertionError, NotImplementedError, RuntimeError, ValueError, IndexError) as err:

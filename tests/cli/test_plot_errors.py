@@ -22,7 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.figure
 import matplotlib.pyplot as plt
 
-from refimpl.cli import plot
+from refimpl.cli import plot, run_log
 
 OLD = b"an earlier plot's figure"
 
@@ -245,13 +245,20 @@ def test_plot_draws_a_graph_transformer_run(tmp_path: Path, capsys: pytest.Captu
     assert main(args) == 0
     capsys.readouterr()
     assert main(["plot", str(tmp_path)]) == 0
-    written = capsys.readouterr().out.split()[1::2]
+    lines = capsys.readouterr().out.splitlines()
+    written = [line.removeprefix("wrote ") for line in lines if line.startswith("wrote ")]
     assert written == [
         str(tmp_path / "seed0" / "curves.png"),
         str(tmp_path / "seed1" / "curves.png"),
         str(tmp_path / "seeds.png"),
     ]
     assert all(Path(path).read_bytes().startswith(b"\x89PNG") for path in written)
+    # the heat maps it has no data for are named, not drawn empty
+    assert [line for line in lines if not line.startswith("wrote ")] == [
+        f"note: {tmp_path / seed}: no grad_norms.png or grad_abs.png: a graph-level run logs "
+        "no per-layer gradient norms"
+        for seed in ("seed0", "seed1")
+    ]
 
 
 @pytest.mark.parametrize(
@@ -267,8 +274,8 @@ def test_graph_level_curves_mark_the_epoch_its_loop_selects(
 ) -> None:
     # refimpl.train.graph_level keeps epoch 0, then each strictly better validation score
     # (NaN never is); the node-level rule (the highest, else the last) would mark others.
-    log = plot.read_run_log(graph_log(tmp_path / "run", metric, values) / "log.jsonl")
-    assert log.kind.name == name and plot.best_epoch(log.records, log.kind) == best
+    log = run_log.read_run_log(graph_log(tmp_path / "run", metric, values) / "log.jsonl")
+    assert log.kind.name == name and run_log.best_epoch(log.records, log.kind) == best
     figure = plot.curves_figure(plt, log.records, "run", log.kind)
     _, right = figure.axes
     assert (right.get_title(), right.get_ylabel()) == (f"{name} (eval mode)", name)
@@ -289,7 +296,7 @@ def test_graph_level_curves_mark_the_epoch_its_loop_selects(
 )
 def test_graph_level_log_values_are_checked(tmp_path: Path, values: list, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        plot.read_run_log(graph_log(tmp_path / "run", "roc_auc", values) / "log.jsonl")
+        run_log.read_run_log(graph_log(tmp_path / "run", "roc_auc", values) / "log.jsonl")
 
 
 def test_a_log_of_neither_kind_is_refused(tmp_path: Path) -> None:
@@ -297,10 +304,10 @@ def test_a_log_of_neither_kind_is_refused(tmp_path: Path) -> None:
     path.write_text('{"epoch": 0, "train_loss": 1.0, "val_f1": 0.5}\n')  # a metric of neither
     message = r"log\.jsonl, line 1: no train_acc, val_acc, test_acc, grad_norms in the record"
     with pytest.raises(ValueError, match=message):
-        plot.read_run_log(path)
+        run_log.read_run_log(path)
     path.write_text("")
     with pytest.raises(ValueError, match=r"log\.jsonl is empty: the run logged no epoch yet"):
-        plot.read_run_log(path)
+        run_log.read_run_log(path)
 
 
 def test_heat_map_of_a_thousand_layers_fits_what_agg_can_draw(
@@ -359,3 +366,21 @@ def test_a_log_the_json_reader_cannot_read_names_the_file(
     assert main(["plot", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.splitlines()) == 1
+
+
+def test_plot_of_a_sweep_folder_names_one_of_its_cells(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    # A sweep's folder holds its cells' runs two levels down: plot said only "has no
+    # log.jsonl; pass the directory of a refimpl train run", naming nowhere to look.
+    sweep = ["sweep", "--no-progress", "--hidden", "4", "--epochs", "2", "--depths", "1", "2"]
+    assert main([*sweep, "--seeds", "0", "--out", str(tmp_path)]) == 0
+    capsys.readouterr()
+    assert main(["plot", str(tmp_path)]) == 2
+    cell = tmp_path / "csbm" / "xavier" / "L1"
+    assert capsys.readouterr().err == (
+        f"refimpl plot: error: {tmp_path} is a refimpl sweep, not one run: plot one of its "
+        f"cells, such as {cell} (2 in all)\n"
+    )
+    assert main(["plot", str(cell)]) == 0
+    assert (cell / "curves.png").is_file()

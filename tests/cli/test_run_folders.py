@@ -73,7 +73,9 @@ def test_overwrite_replaces_the_run_and_keeps_the_users_files(tmp_path: Path) ->
     # a run that never wrote one) and nothing the user put in the folder.
     assert main([*RUN, "--epochs", "3", "--checkpoint-every", "1", "--out", str(tmp_path)]) == 0
     (tmp_path / "notes.txt").write_text("mine")
-    assert main([*RUN, "--epochs", "2", "--out", str(tmp_path), "--overwrite"]) == 0
+    # (--checkpoint-every 0: a run checkpoints every 10 epochs by default)
+    overwrite = ["--checkpoint-every", "0", "--overwrite"]
+    assert main([*RUN, "--epochs", "2", "--out", str(tmp_path), *overwrite]) == 0
     assert (tmp_path / "notes.txt").read_text() == "mine"
     assert not (tmp_path / "checkpoint.npz").exists()
     assert [r["epoch"] for r in log_records(tmp_path)] == [0, 1]
