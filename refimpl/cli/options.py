@@ -73,6 +73,14 @@ def add_data_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--knn", type=positive_int, default=10, help="k of --graph knn")
     group.add_argument(
+        "--node-features",
+        choices=["edge-mean", "species", "node-feat"],
+        default=None,
+        help="an OGB node-property folder's node features: the mean of each node's incoming "
+        "edge features (default; NodeFormer's for ogbn-proteins), its species one-hot (the "
+        "massive-activation study's), or the folder's node-feat file",
+    )
+    group.add_argument(
         "--dtype",
         choices=["float32", "float64"],
         default="float32",
@@ -276,6 +284,13 @@ def load_data(name: str, args: argparse.Namespace) -> Any:
     kwargs: dict[str, Any] = {}
     if args.normalize_features and name in (*PLANETOID_NAMES, *GEOM_GCN_NAMES):
         kwargs["normalize_features"] = True
+    if getattr(args, "node_features", None) is not None:
+        if not Path(name).is_dir():
+            raise ValueError(
+                f"--node-features chooses an OGB node-property folder's features; {name} is "
+                "not a folder"
+            )
+        kwargs["node_features"] = args.node_features
     if name in GEOM_GCN_NAMES:
         kwargs["split"] = 0 if args.split is None else args.split
     elif args.split is not None:
@@ -299,18 +314,17 @@ def load_data(name: str, args: argparse.Namespace) -> Any:
 
 def replace_graph(dataset: Any, kind: str, k: int) -> Any:
     """The dataset on a symmetrised k-NN graph over its features (``"knn"``: u -> v and v -> u
-    for every k-nearest pair, once) or on no edges (``"none"``)."""
-    import dataclasses
-
+    for every k-nearest pair, once) or on no edges (``"none"``); its edge features, which
+    belong to the replaced edges, are dropped."""
     from refimpl import Graph
     from refimpl.data import knn_graph
 
     n = dataset.num_nodes
     if kind == "none":
-        return dataclasses.replace(dataset, graph=Graph(np.zeros((2, 0), np.int64), n))
+        return dataset.with_graph(Graph(np.zeros((2, 0), np.int64), n))
     src, dst = knn_graph(dataset.x, k).edge_index
     pairs = np.unique(np.concatenate([src * n + dst, dst * n + src]))  # both directions, once
-    return dataclasses.replace(dataset, graph=Graph(np.stack([pairs // n, pairs % n]), n))
+    return dataset.with_graph(Graph(np.stack([pairs // n, pairs % n]), n))
 
 
 def dataset_for_seeds(dataset: Any, args: argparse.Namespace) -> Any:

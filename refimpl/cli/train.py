@@ -51,7 +51,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         default="csbm",
         help="cora, citeseer, pubmed (Planetoid); chameleon, squirrel (and their _filtered "
         "versions), actor (or film), cornell, texas, wisconsin (Geom-GCN); trees (the TREES "
-        "task); karate, csbm (synthetic); with --model graph_transformer: molecules "
+        "task); karate, csbm (synthetic); a folder in OGB's raw node-property layout "
+        "(ogbn-proteins; --node-features); with --model graph_transformer: molecules "
         "(synthetic), a .npz graph dataset, a .csv of SMILES with --target COLUMN, or a folder "
         "in OGB's raw graph-property layout",
     )
@@ -127,6 +128,6 @@ def run(args: argparse.Namespace) -> int:
     except TrainingDiverged as err:
         print(f"training diverged: {err}")
         return 1
-    print(format_summary(summary))
+    print(format_summary(summary, "ROC-AUC" if dataset.is_multilabel else "accuracy"))
     print(f"wrote {out}/summary.json ({time.perf_counter() - started:.1f} s)")
     return 0

@@ -1,9 +1,11 @@
-"""Datasets: Planetoid and Geom-GCN loaders, molecules from SMILES (RDKit, imported only when
-used), synthetic generators, splits, a registry.
+"""Datasets: Planetoid and Geom-GCN loaders, the Open Graph Benchmark's raw layouts,
+molecules from SMILES (RDKit, imported only when used), synthetic generators, splits, a
+registry.
 
-Nothing is downloaded: file-backed loaders take a directory (the shared
-``datasets/`` folder or the sub-folder of one collection). ``load_dataset``
-looks names up in a registry that other modules extend with ``register_loader``.
+Nothing is downloaded: file-backed loaders take a directory (your datasets folder, as laid
+out in the user guide's Data page, or the sub-folder of one collection). ``load_dataset``
+looks names up in a registry that other modules extend with ``register_loader``, and reads
+a folder in OGB's node-property layout (:func:`load_ogb_node_dataset`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from refimpl.data.graph_dataset import GraphDataset
 from refimpl.data.graph_dataset_file import load_graph_dataset, save_graph_dataset
 from refimpl.data.molecules import synthetic_molecules
 from refimpl.data.ogb_graph import load_ogb_graph_dataset
+from refimpl.data.ogb_node import load_ogb_node_dataset
 from refimpl.data.planetoid import PLANETOID_NAMES, load_planetoid
 from refimpl.data.positional import laplacian_pe, random_sign_flip, random_walk_pe
 from refimpl.data.smiles import load_smiles_csv, smiles_to_graph
@@ -51,6 +54,7 @@ __all__ = [
     "load_geom_gcn",
     "load_graph_dataset",
     "load_ogb_graph_dataset",
+    "load_ogb_node_dataset",
     "load_planetoid",
     "load_smiles_csv",
     "random_sign_flip",
@@ -98,16 +102,25 @@ def dataset_names() -> list[str]:
 
 
 def load_dataset(name: str, root: str | Path | None = None, **kwargs: Any) -> NodeDataset:
-    """Load a registered dataset by name.
+    """Load a registered dataset by name, or a folder in OGB's node-property layout.
 
     ``root`` is the datasets folder (``root/planetoid``, ``root/geom_gcn``) or the
     collection's own folder; when ``None``, the ``REFIMPL_DATA`` environment
     variable is used. Synthetic names ignore ``root``. ``kwargs`` go to the loader
     (``normalize_features=True``, ``split=3``, ``num_nodes=500``, ``seed=1``, ...).
+    A ``name`` that is no registered name but a folder (ogbn-proteins' ``raw/`` and
+    ``split/``, recognised by ``raw/node-label.csv.gz``) is read by
+    :func:`load_ogb_node_dataset` with ``kwargs`` (``node_features="species"``, ...);
+    ``root`` does not apply to it.
     """
     key = name.lower()
+    if key not in _REGISTRY and Path(name).is_dir():
+        return load_ogb_node_dataset(name, **kwargs)
     if key not in _REGISTRY:
-        raise ValueError(f"unknown dataset {name!r}; valid names: {', '.join(dataset_names())}")
+        raise ValueError(
+            f"unknown dataset {name!r}; valid names: {', '.join(dataset_names())}, or a folder "
+            "in OGB's node-property layout"
+        )
     function, needs_root = _REGISTRY[key]
     if not needs_root:
         return function(**kwargs)

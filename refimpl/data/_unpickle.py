@@ -89,8 +89,8 @@ class RestrictedUnpickler(pickle.Unpickler):
             raise UnsafePickleError(
                 f"refusing to load {self._path}: the file asks for {printable(module)}."
                 f"{printable(name)}, which a "
-                "Planetoid file never contains; the file may be tampered with (check it against "
-                f"SHA256SUMS). Allowed globals: {allowed}"
+                "Planetoid file never contains; the file may be tampered with (get it again "
+                f"from its source). Allowed globals: {allowed}"
             ) from None
         return self._reconstruct_empty if found is _reconstruct else found
 

@@ -29,7 +29,10 @@ __all__ = [
     "row_normalize",
 ]
 
-RESTORE = "restore the file from its source (check it against SHA256SUMS)"
+RESTORE = (
+    "restore the file from where you got it (the user guide's Data page, \"Getting the "
+    "files\", says where each set comes from)"
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -46,14 +49,26 @@ class NodeDataset:
     x : float array (N, F), or a SciPy CSR matrix (sparse input features, for GAT)
         Node features (float64 from the loaders; ``astype`` for float32).
     y : array (N,) int64 class ids in ``[0, num_classes)``, or (N, K) float 0/1
-        for multi-label data (``K == num_classes``).
+        for multi-label data (``K == num_classes``); 0 where a label is missing (``y_mask``).
     train_mask, val_mask, test_mask : bool array (N,)
         Pairwise disjoint; a node may be in none (CiteSeer's isolated test-range
         nodes, say).
     num_classes : int
+    edge_attr : float array (E, B) or None
+        Edge features, row ``e`` for column ``e`` of ``graph.edge_index`` (ogbn-proteins' 8
+        association scores). The node models do not read them; a loader may derive node
+        features from them (:func:`refimpl.data.ogb_node.load_ogb_node_dataset`).
+    y_mask : bool array (N, K) or None
+        ``True`` where node ``i``'s label for task ``k`` is observed (multi-label ``y``
+        only); ``None`` when every label is. NaN cells of a multi-label ``y`` passed without
+        ``y_mask`` become this mask. The loss averages over the observed entries of the
+        training nodes and the ROC-AUC of each task reads its observed entries only
+        (:mod:`refimpl.train.loop`). Entries outside the mask may hold anything (NaN, say):
+        they are stored as 0, in a copy of ``y``, as :class:`~refimpl.data.GraphDataset`
+        stores its missing labels.
 
-    The arrays are held, not copied: treat them as read-only (the methods below
-    return new datasets).
+    The arrays are held, not copied (except a ``y`` with values outside ``y_mask``): treat
+    them as read-only (the methods below return new datasets).
     """
 
     name: str
@@ -64,6 +79,8 @@ class NodeDataset:
     val_mask: np.ndarray
     test_mask: np.ndarray
     num_classes: int
+    edge_attr: np.ndarray | None = None
+    y_mask: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         check_name(self.name)
@@ -91,6 +108,7 @@ class NodeDataset:
         if self.num_classes < 1:
             raise ValueError(f"num_classes must be >= 1, got {self.num_classes}")
         self._check_labels(n)
+        self._check_edge_attr()
         masks = {
             "train_mask": self.train_mask,
             "val_mask": self.val_mask,
@@ -119,6 +137,11 @@ class NodeDataset:
         if not isinstance(y, np.ndarray):
             raise TypeError(f"y must be a NumPy array, got {type(y).__name__}")
         if y.ndim == 1:
+            if self.y_mask is not None:
+                raise ValueError(
+                    "y_mask marks the observed entries of a multi-label y (N, K); with class "
+                    "ids y (N,), leave unlabelled nodes out of the train/val/test masks instead"
+                )
             if y.dtype.kind not in "iu":
                 raise TypeError(f"1-D y must hold integer class ids, got dtype {y.dtype}")
             if y.shape != (n,):
@@ -134,10 +157,52 @@ class NodeDataset:
                     f"multi-label y must have shape (num_nodes, num_classes) = "
                     f"({n}, {self.num_classes}), got {y.shape}"
                 )
-            if not np.isin(y, (0, 1)).all():
-                raise ValueError("multi-label y must hold only 0 and 1")
+            self._take_missing_labels()
+            if not np.isin(self.y, (0, 1)).all():
+                raise ValueError(
+                    "multi-label y must hold only 0 and 1 (NaN, or anything outside y_mask, "
+                    "marks a missing label)"
+                )
         else:
             raise ValueError(f"y must be (N,) class ids or (N, K) 0/1, got shape {y.shape}")
+
+    def _take_missing_labels(self) -> None:
+        """Validate ``y_mask``, or build it from NaN cells of a multi-label ``y``; store 0 in
+        ``y`` outside the mask (in a copy) and ``None`` for a mask without a missing entry."""
+        y, mask = self.y, self.y_mask
+        if mask is None:
+            if y.dtype.kind != "f" or not np.isnan(y).any():
+                return
+            mask = ~np.isnan(y)
+        if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_:
+            raise TypeError(
+                f"y_mask must be a bool NumPy array (True where a label is observed), got "
+                f"{getattr(mask, 'dtype', type(mask).__name__)}; convert with .astype(bool)"
+            )
+        if mask.shape != y.shape:
+            raise ValueError(f"y_mask must have y's shape {y.shape}, got {mask.shape}")
+        if not (y[~mask] == 0).all():  # NaN or any value where unobserved: never read
+            object.__setattr__(self, "y", np.where(mask, y, 0).astype(y.dtype))
+        object.__setattr__(self, "y_mask", None if mask.all() else mask)
+
+    def _check_edge_attr(self) -> None:
+        attr = self.edge_attr
+        if attr is None:
+            return
+        if not isinstance(attr, np.ndarray) or attr.dtype.kind != "f":
+            raise TypeError(
+                f"edge_attr must be a floating-point NumPy array (E, B), got "
+                f"{getattr(attr, 'dtype', type(attr).__name__)}; convert with .astype(float)"
+            )
+        num_edges = self.graph.num_edges
+        if attr.ndim != 2 or attr.shape[0] != num_edges:
+            raise ValueError(
+                f"edge_attr must have one row per column of graph.edge_index, (E, B) = "
+                f"({num_edges}, B), got {attr.shape}; a new graph drops them: "
+                "dataset.with_graph(graph)"
+            )
+        if not np.isfinite(attr).all():
+            raise ValueError("edge_attr contains NaN or infinity")
 
     # -- conveniences ----------------------------------------------------------------
     @property
@@ -153,10 +218,17 @@ class NodeDataset:
         return self.y.ndim == 2
 
     def astype(self, dtype: Any) -> NodeDataset:
-        """A copy with ``x`` cast to the float ``dtype`` (float32 for training speed)."""
+        """A copy with ``x`` (and ``edge_attr``) cast to the float ``dtype`` (float32 for
+        training speed)."""
         if np.dtype(dtype).kind != "f":
             raise TypeError(f"features must stay floating point, got dtype {np.dtype(dtype)}")
-        return dataclasses.replace(self, x=self.x.astype(dtype))
+        attr = None if self.edge_attr is None else self.edge_attr.astype(dtype, copy=False)
+        return dataclasses.replace(self, x=self.x.astype(dtype), edge_attr=attr)
+
+    def with_graph(self, graph: Graph) -> NodeDataset:
+        """A copy on another graph of the same nodes (a k-NN graph, no edges); ``edge_attr``,
+        which belongs to the old graph's edges, is dropped."""
+        return dataclasses.replace(self, graph=graph, edge_attr=None)
 
     def with_masks(
         self, train_mask: np.ndarray, val_mask: np.ndarray, test_mask: np.ndarray
@@ -167,11 +239,15 @@ class NodeDataset:
         )
 
     def summary(self) -> str:
-        """One line: name, N, E (directed), F, classes, train/val/test sizes."""
+        """One line: name, N, E (directed), F, B (with edge features), classes, train/val/test
+        sizes (and the missing labels, if any)."""
+        edges = "" if self.edge_attr is None else f" B={self.edge_attr.shape[1]}"
+        missing = "" if self.y_mask is None else f" missing_labels={int((~self.y_mask).sum())}"
         return (
-            f"{self.name}: N={self.num_nodes} E={self.graph.num_edges} F={self.num_features} "
-            f"classes={self.num_classes} train/val/test="
+            f"{self.name}: N={self.num_nodes} E={self.graph.num_edges} F={self.num_features}"
+            f"{edges} classes={self.num_classes} train/val/test="
             f"{int(self.train_mask.sum())}/{int(self.val_mask.sum())}/{int(self.test_mask.sum())}"
+            f"{missing}"
         )
 
     def __repr__(self) -> str:

@@ -1,11 +1,10 @@
 """Geom-GCN heterophilous node-classification sets with their 10 standard splits.
 
-Sources (datasets/README.md, section 2): ``new_data/<name>/`` raw TSV files and
+Sources (the user guide's Data page): ``new_data/<name>/`` raw TSV files and
 ``splits/<name>_split_0.6_0.2_<i>.npz`` from graphdml-uiuc-jlu/geom-gcn (Pei et
 al., ICLR 2020); ``platonov2023/*.npz`` from yandex-research/heterophilous-graphs
-(Platonov et al., ICLR 2023) for chameleon and squirrel, whose Geom-GCN feature
-files are missing from the shared copy (the npz edges and masks equal the
-Geom-GCN ones), and for their de-duplicated ``*_filtered`` versions.
+(Platonov et al., ICLR 2023) for chameleon and squirrel (its npz edges and masks
+equal the Geom-GCN ones) and for their de-duplicated ``*_filtered`` versions.
 
 Edge convention: ``edges="symmetric"`` (default) symmetrises, deduplicates and
 drops self-loops, as for Planetoid (cornell 554, texas 558, wisconsin 900, film
@@ -15,7 +14,7 @@ deduplicated, self-loops kept, not symmetrised (298 / 325 / 515 / 30,019 /
 36,101 / 217,073).
 
 Caveat: cornell's and texas's ``out1_node_feature_label.txt`` are byte-identical
-upstream (same git blob); their edge files differ. That is the data PyG's
+upstream; their edge files differ. That is the data PyG's
 ``WebKB`` and most papers use, so it is loaded as is: cornell and texas share
 ``x`` and ``y``.
 

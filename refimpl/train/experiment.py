@@ -136,21 +136,26 @@ def finished_run(run_dir: Path, config: TrainConfig) -> RunResult | None:
     return RunResult(**values, params=read_npz(run_dir / "final.npz"))
 
 
-def format_summary(summary: dict[str, Any]) -> str:
-    """The per-seed table and the mean +- 95% CI line."""
+def format_summary(summary: dict[str, Any], metric: str = "accuracy") -> str:
+    """The per-seed table and the mean +- 95% CI line; ``metric`` names what ``val_acc`` and
+    ``test_acc`` hold (``"ROC-AUC"`` for multi-label data)."""
     # "epochs to best" counts epochs, as the summary line does: the best validation came
     # after best_epoch + 1 epochs (best_epoch is log.jsonl's 0-based "epoch" index)
-    header = f"{'seed':>6} {'epochs to best':>14} {'val acc':>8} {'test acc':>8} {'epochs':>7}"
+    short = "acc" if metric == "accuracy" else metric
+    header = (
+        f"{'seed':>6} {'epochs to best':>14} {'val ' + short:>11} {'test ' + short:>12} "
+        f"{'epochs':>7}"
+    )
     lines = [header]
     for run in summary["runs"]:
         lines.append(
-            f"{run['seed']:>6} {run['best_epoch'] + 1:>14} {run['val_acc']:>8.4f} "
-            f"{run['test_acc']:>8.4f} {run['epochs_run']:>7}"
+            f"{run['seed']:>6} {run['best_epoch'] + 1:>14} {run['val_acc']:>11.4f} "
+            f"{run['test_acc']:>12.4f} {run['epochs_run']:>7}"
         )
     ci = summary["test_acc_ci95"]
     spread = f" +- {ci:.4f} (95% CI)" if ci is not None else " (one seed: no interval)"
     lines.append(
-        f"test accuracy at best validation: {summary['test_acc_mean']:.4f}{spread}; "
+        f"test {metric} at best validation: {summary['test_acc_mean']:.4f}{spread}; "
         f"mean epochs to best {summary['epochs_to_best_mean']:.1f}"
     )
     return "\n".join(lines)

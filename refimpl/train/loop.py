@@ -7,7 +7,8 @@ of every node (``batch_nodes="all"``; a batch without training nodes is skipped)
 NodeFormer's ``main-batch.py``, of the training nodes only (``batch_nodes="train"``):
 
     1. forward in training mode (dropout drawn from the run's generator)
-    2. loss on the training nodes (cross-entropy, or BCE for multi-label targets),
+    2. loss on the training nodes (cross-entropy, or BCE for multi-label targets: over
+       their observed entries where labels are missing, ``dataset.y_mask``),
        plus ``model.auxiliary_loss(cache)`` where the model has one (NodeFormer's
        ``lambda L_e``, whose gradient its backward includes)
     3. backward: gradients of every parameter; stop if any is non-finite, or if the
@@ -35,8 +36,12 @@ parameters, the optimiser state, the schedule's state and the dropout generator,
 ends bit-identical to a run that was never interrupted.
 
 For multi-label targets (``y`` of shape ``(N, K)``) the "accuracy" columns hold
-the macro ROC-AUC instead. A split without nodes scores NaN (an empty training
-mask is an error: there is nothing to fit), written as ``null`` in the strict-JSON log.
+the macro ROC-AUC instead. With missing labels (``dataset.y_mask``) ``train_loss`` is the
+mean over the training nodes' observed entries (batches weighted by their count of them), and
+each task's ROC-AUC reads the split's observed entries, tasks without both classes there left
+out (OGB's rule for ogbn-proteins). A split without nodes (or observed labels; multi-label:
+without a task with both classes there) scores NaN (an empty training mask is an error: there
+is nothing to fit), written as ``null`` in the strict-JSON log.
 """
 
 from __future__ import annotations
@@ -77,6 +82,7 @@ from refimpl.train.guards import (
     checked_step,
     loss_of_zero_output,
 )
+from refimpl.train.node_data import label_masks, node_batches
 from refimpl.train.records import strict_json
 from refimpl.train.resume import data_fingerprint, diagnostic_baselines, restore_run, truncate_log
 from refimpl.train.run_folder import write_json
@@ -200,10 +206,13 @@ def _train(
             "the dataset's train_mask selects no node, so there is no loss to train on; "
             "set masks with dataset.with_masks(train, val, test) or refimpl.data.random_split"
         )
-    empty = {split for split, mask in masks.items() if not bool(mask.any())}
+    scored, empty = label_masks(dataset, backend)  # (N,) rows or (N, K) observed entries
     schedule = config.schedule
     if getattr(schedule, "needs_metric", False) and "val" in empty:
-        raise ValueError("ReduceLROnPlateau watches the validation split, but val_mask is empty")
+        raise ValueError(
+            "ReduceLROnPlateau watches the validation split, but val_mask is empty (or holds "
+            "no observed label, or no task with both classes)"
+        )
     train_rows = np.flatnonzero(to_numpy(masks["train"])) if config.batch_nodes == "train" else None
     graph = dataset.graph
     multi_label = y.ndim == 2
@@ -247,7 +256,7 @@ def _train(
     def metric(logits: Any, split: str) -> float:
         if split in empty:
             return math.nan
-        mask = masks[split]
+        mask = scored[split]
         return roc_auc(logits, y, mask) if multi_label else accuracy(logits, y, mask)
 
     # Without dropout the training forward of epoch t+1 equals the evaluation
@@ -259,18 +268,18 @@ def _train(
     epoch = start - 1
     x_backend = backend_name(get_array_module(x))
     for epoch in epochs:
-        batches = (
-            [None] if config.batch_size is None else _batches(x, config, dropout_rng, train_rows)
-        )
+        batches = [None]
+        if config.batch_size is not None:
+            batches = node_batches(x.shape[0], config.batch_size, dropout_rng, train_rows)
         weighted_loss, weighted_auxiliary, weight = 0.0, 0.0, 0
         for batch in batches:
             if batch is None:  # full batch
-                data = (x, y, masks["train"], graph)
+                data = (x, y, scored["train"], graph)
             else:  # the nodes of one batch and the edges among them (NodeFormer Sec. 4.2)
                 rows = asarray(batch, backend=x_backend)
-                data = (x[rows], y[rows], masks["train"][rows], graph.subgraph(batch))
+                data = (x[rows], y[rows], scored["train"][rows], graph.subgraph(batch))
                 if not bool(data[2].any()):
-                    continue  # no training node: nothing to fit
+                    continue  # no training node (observed label): nothing to fit
             # 1-2 forward in training mode, loss on the training nodes
             if reused is None:
                 kwargs = {"training": True, "rng": dropout_rng}
@@ -313,7 +322,7 @@ def _train(
         if schedule is not None and config.schedule_every == "epoch":
             watched = accs["val"] if schedule.needs_metric else None  # accuracy or ROC-AUC
             if schedule.needs_metric and schedule.mode == "min":  # the validation loss
-                watched = float(loss_block.forward({}, eval_logits, y, masks["val"])[0])
+                watched = float(loss_block.forward({}, eval_logits, y, scored["val"])[0])
             schedule_state = schedule.step(schedule_state, watched)
         if "val" in empty or accs["val"] > best["val_acc"]:
             best = {"epoch": epoch, "val_acc": accs["val"], "test_acc": accs["test"]}
@@ -369,18 +378,6 @@ def _train(
             }
             write_json(out / "changes.json", changed)
     return result
-
-
-def _batches(
-    x: Any, config: TrainConfig, rng: np.random.Generator, train_rows: np.ndarray | None
-) -> list[np.ndarray]:
-    """Batches of ``config.batch_size`` (the last may be smaller) cut from a permutation, drawn
-    from the run's noise generator, of every node or of ``train_rows`` (the training nodes, as
-    ``main-batch.py``'s ``train_idx[randperm(n_train)]``; its ``n_train // batch_size + 1``
-    batches end with an empty one when ``batch_size`` divides ``n_train``: not here)."""
-    rows = np.arange(x.shape[0]) if train_rows is None else train_rows
-    order = rows[rng.permutation(rows.size)]  # (N,) or (n_train,) on the host
-    return [order[i : i + config.batch_size] for i in range(0, len(order), config.batch_size)]
 
 
 def _gradients(

@@ -51,9 +51,10 @@ def _update(digest: Any, value: Any) -> None:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         digest.update(f"dataclass {type(value).__name__}\n".encode())
         for field in dataclasses.fields(value):
-            # a GraphDataset without missing labels hashes as before its y_mask existed, so
-            # the runs written then still resume
-            absent = field.name == "y_mask" and getattr(value, field.name) is None
+            # a dataset without missing labels or edge features hashes as before its y_mask
+            # and edge_attr existed, so the runs written then still resume
+            optional = ("y_mask", "edge_attr")
+            absent = field.name in optional and getattr(value, field.name) is None
             if field.name != "name" and not absent:
                 digest.update(f"field {field.name}\n".encode())
                 _update(digest, getattr(value, field.name))

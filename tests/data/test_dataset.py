@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -10,6 +12,7 @@ from hypothesis import given
 from refimpl import Graph
 from refimpl.data import NodeDataset, coalesce, edge_homophily, row_normalize
 from refimpl.testing.strategies import graphs
+from refimpl.train.resume import data_fingerprint
 
 
 def make(**overrides: object) -> NodeDataset:
@@ -127,3 +130,70 @@ def test_edge_homophily() -> None:
     assert edge_homophily(graph, np.array([0, 0, 1, 1])) == 0.75  # 3 -> 0 crosses
     with pytest.raises(ValueError, match="without edges"):
         edge_homophily(Graph(np.zeros((2, 0), dtype=int), 2), np.array([0, 1]))
+
+
+MULTI = np.array([[1, 0, 1], [0, 0, 0], [1, 1, 1], [0, 1, 0], [1, 0, 0]], dtype=np.float64)
+OBSERVED = np.array([[1, 1, 0], [1, 1, 1], [0, 1, 1], [1, 1, 1], [1, 1, 1]], dtype=bool)
+
+
+def test_missing_labels_from_nan_or_a_mask_are_stored_as_zero() -> None:
+    with_nan = np.where(OBSERVED, MULTI, np.nan)
+    from_nan = make(y=with_nan)
+    np.testing.assert_array_equal(from_nan.y_mask, OBSERVED)
+    np.testing.assert_array_equal(from_nan.y, np.where(OBSERVED, MULTI, 0))
+    assert np.isnan(with_nan).sum() == 2  # the caller's array is not changed
+    # anything outside an explicit mask (NaN, 7, -3) is never read: stored as 0
+    junk = np.where(OBSERVED, MULTI, [[7.0], [np.nan], [-3.0], [0.5], [2.0]])
+    given = make(y=junk, y_mask=OBSERVED)
+    np.testing.assert_array_equal(given.y, from_nan.y)
+    assert make(y=MULTI, y_mask=np.ones((5, 3), bool)).y_mask is None  # nothing missing
+    assert given.summary().endswith("train/val/test=2/1/2 missing_labels=2")
+
+
+def test_edge_features_are_checked_cast_and_dropped_with_the_graph() -> None:
+    attr = np.arange(8, dtype=np.float64).reshape(4, 2)  # one row per edge of make()'s graph
+    ds = make(edge_attr=attr)
+    assert ds.summary() == "toy: N=5 E=4 F=2 B=2 classes=3 train/val/test=2/1/2"
+    assert ds.astype(np.float32).edge_attr.dtype == np.float32
+    assert ds.with_masks(ds.train_mask, ds.val_mask, ds.test_mask).edge_attr is attr
+    knn = ds.with_graph(Graph([[0, 1], [1, 0]], 5))
+    assert knn.edge_attr is None and knn.graph.num_edges == 2
+    # a new graph with the old edge features: refused, naming the method that drops them
+    with pytest.raises(ValueError, match=r"\(E, B\) = \(2, B\), got \(4, 2\).*with_graph"):
+        dataclasses.replace(ds, graph=Graph([[0, 1], [1, 0]], 5))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "error", "match"),
+    [
+        ({"edge_attr": np.zeros((3, 2))}, ValueError, r"edge_attr must have one row per column"),
+        ({"edge_attr": np.zeros(4)}, ValueError, r"edge_attr must have one row per column"),
+        ({"edge_attr": np.zeros((4, 2), int)}, TypeError, r"edge_attr must be a floating-point"),
+        ({"edge_attr": np.full((4, 2), np.inf)}, ValueError, r"edge_attr contains NaN or inf"),
+        ({"y_mask": OBSERVED}, ValueError, r"y_mask marks the observed entries of a multi-label"),
+        ({"y": MULTI, "y_mask": OBSERVED[:4]}, ValueError, r"y_mask must have y's shape \(5, 3\)"),
+        ({"y": MULTI, "y_mask": OBSERVED.astype(int)}, TypeError, r"y_mask must be a bool"),
+        ({"y": np.where(OBSERVED, 2.0, 0.0), "y_mask": OBSERVED}, ValueError, r"only 0 and 1"),
+    ],
+)
+def test_edge_features_and_label_masks_refused_in_one_line(
+    overrides: dict, error: type, match: str
+) -> None:
+    with pytest.raises(error, match=match) as info:
+        make(**overrides)
+    assert "\n" not in str(info.value)
+
+
+def test_the_data_fingerprint_sees_the_label_mask_and_the_edge_features() -> None:
+    ds = make(y=MULTI, y_mask=OBSERVED, edge_attr=np.ones((4, 2)))
+    prints = {
+        data_fingerprint(other)
+        for other in (
+            ds,
+            dataclasses.replace(ds, y_mask=OBSERVED[::-1].copy()),
+            dataclasses.replace(ds, y_mask=None),
+            dataclasses.replace(ds, edge_attr=np.zeros((4, 2))),
+            dataclasses.replace(ds, edge_attr=None),
+        )
+    }
+    assert len(prints) == 5

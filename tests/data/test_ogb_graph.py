@@ -184,3 +184,15 @@ def test_a_run_trains_and_evaluates_on_the_observed_labels_only(tmp_path: Path) 
     unlabelled = train.subset([4])  # graph 4 alone: not one label to learn from
     with pytest.raises(ValueError, match=r"training split has no observed label"):
         train_graph_model(model, unlabelled, valid, test, GraphTrainConfig(epochs=1))
+
+
+def test_numpys_row_counts_become_line_numbers(tmp_path: Path) -> None:
+    # The reader appended "(numpy counts rows from 0)" to every numpy.loadtxt message, but
+    # numpy counts from 1 when the number of columns changes: the user was sent one line too
+    # far. The broken-file cases matched the words of the messages, not their numbers.
+    changes = {"raw__edge": "0,1\n1\n0,1\n1,0\n"}
+    with pytest.raises(ValueError, match=r"changed from 2 to 1 on line 2$"):
+        load_ogb_graph_dataset(ogb_folder(tmp_path / "a", **changes))
+    changes = {"raw__edge": "0,1\n1,2\n0,x\n1,0\n"}
+    with pytest.raises(ValueError, match=r"string 'x' to int64 on line 3, column 2\.$"):
+        load_ogb_graph_dataset(ogb_folder(tmp_path / "b", **changes))

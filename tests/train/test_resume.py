@@ -53,3 +53,28 @@ def test_sparse_features_and_graph_datasets_are_fingerprinted() -> None:
     splits = molecules.split(seed=0)
     assert data_fingerprint(*splits) != data_fingerprint(*molecules.split(seed=1))
     assert data_fingerprint(*splits) == data_fingerprint(*molecules.split(seed=0))
+
+
+def test_a_node_dataset_without_the_new_fields_hashes_as_before_they_existed() -> None:
+    # Adding edge_attr and y_mask to NodeDataset changed every node dataset's fingerprint, so
+    # every run folder and checkpoint written before was refused on resume ("other data").
+    # The fields a NodeDataset had then, under the name the digest records:
+    @dataclasses.dataclass(frozen=True)
+    class NodeDataset:
+        name: str
+        graph: Graph
+        x: np.ndarray
+        y: np.ndarray
+        train_mask: np.ndarray
+        val_mask: np.ndarray
+        test_mask: np.ndarray
+        num_classes: int
+
+    dataset = contextual_sbm(30, 2, np.random.default_rng(0), feature_dim=3)
+    assert dataset.edge_attr is None and dataset.y_mask is None
+    before = NodeDataset(
+        **{f.name: getattr(dataset, f.name) for f in dataclasses.fields(NodeDataset)}
+    )
+    assert data_fingerprint(dataset) == data_fingerprint(before)
+    with_edges = dataclasses.replace(dataset, edge_attr=np.ones((dataset.graph.num_edges, 1)))
+    assert data_fingerprint(with_edges) != data_fingerprint(before)
