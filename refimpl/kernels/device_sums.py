@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-__all__ = ["row_sums_in_order"]
+__all__ = ["cuda_sources", "row_sums_in_order"]
 
 _BODY = """
 const long long n = i / num_features, f = i % num_features;
@@ -28,16 +28,42 @@ out = total;
 """
 
 
+_IN_PARAMS = "raw T values, raw int32 order, raw int32 indptr, int64 num_features"
+_OUT_PARAMS = "T out"
+_NAME = "refimpl_row_sums_in_order"
+
+
 @functools.cache
 def _kernel() -> Any:
     import cupy
 
-    return cupy.ElementwiseKernel(
-        "raw T values, raw int32 order, raw int32 indptr, int64 num_features",
-        "T out",
-        _BODY,
-        "refimpl_row_sums_in_order",
+    return cupy.ElementwiseKernel(_IN_PARAMS, _OUT_PARAMS, _BODY, _NAME)
+
+
+def cuda_sources() -> dict[str, str]:
+    """The kernel as CUDA source, by name, for ``nvcc`` (the PTX test): ``_BODY`` wrapped as
+    ``cupy.ElementwiseKernel`` wraps it, one thread per output entry ``i`` (a grid-stride
+    loop), the raw arrays as pointers, ``num_features`` by value, ``out`` a reference to
+    entry ``i``; once for float and once for double."""
+    c_types = {"int32": "int", "int64": "long long"}  # and T: the type being compiled
+
+    def signature(t: str) -> str:
+        parameters = []
+        for entry in _IN_PARAMS.split(","):
+            *raw, type_name, name = entry.split()
+            parameters.append(f"const {c_types.get(type_name, t)}{'*' if raw else ''} {name}")
+        return ", ".join([*parameters, f"{t}* out_", "const long long size_"])
+
+    kernel = (
+        f"template <typename T> __global__ void {_NAME}({signature('T')}) {{\n"
+        "for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < size_;"
+        " i += (long long)blockDim.x * gridDim.x) {\n"
+        f"T& out = out_[i];\n{_BODY}}}\n}}\n"
     )
+    instances = "".join(
+        f"template __global__ void {_NAME}<{c}>({signature(c)});\n" for c in ("float", "double")
+    )
+    return {"device_sums": kernel + instances}
 
 
 def row_sums_in_order(flat: Any, order: Any, indptr: Any) -> Any:

@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 
 from refimpl.backend import backend_name
 
-__all__ = ["map_blocks", "num_threads", "row_blocks", "sum_in_order"]
+__all__ = ["DEVICE_BLOCK_BYTES", "map_blocks", "num_threads", "row_blocks", "sum_in_order"]
 
 T = TypeVar("T")
 
@@ -86,10 +86,19 @@ def map_blocks(function: Callable[[int], T], count: int, threads: int | None = N
         return list(pool.map(run, range(count)))
 
 
-def row_blocks(xp: Any, n: int, size: int) -> list[slice]:
-    """Slices of ``size`` rows covering ``range(n)`` on the host; one slice of all ``n`` rows
-    on a device (where every step is a kernel launch over all rows); none for ``n = 0``."""
-    size = size if backend_name(xp) == "numpy" else max(n, 1)
+DEVICE_BLOCK_BYTES = 1 << 30  # a device block's intermediates: far below a GPU's memory
+
+
+def row_blocks(xp: Any, n: int, size: int, row_bytes: int = 0) -> list[slice]:
+    """Slices covering ``range(n)`` in order; none for ``n = 0``.
+
+    On the host each holds ``size`` rows (the caller's, chosen to fit a core's cache). A
+    device launches every step over all of a block's rows, so there a block is as large as
+    memory allows: as many rows as keep ``row_bytes`` (the bytes of intermediates one row
+    adds) within :data:`DEVICE_BLOCK_BYTES`, all ``n`` when ``row_bytes`` is 0.
+    """
+    if backend_name(xp) != "numpy":
+        size = max(DEVICE_BLOCK_BYTES // row_bytes, 1) if row_bytes > 0 else max(n, 1)
     return [slice(start, min(start + size, n)) for start in range(0, n, size)]
 
 

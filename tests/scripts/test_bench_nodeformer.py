@@ -38,6 +38,8 @@ def test_tiny_sweep_writes_one_record_per_n(bench, tmp_path, capsys):
             "exact_peak_mb",
             "torch_s",
             "torch_peak_mb",
+            "floor_s",
+            "floor_gemm_gflops",
         }
         if importlib.util.find_spec("torch") is None:
             assert record["torch_s"] is record["torch_peak_mb"] is None
@@ -45,7 +47,7 @@ def test_tiny_sweep_writes_one_record_per_n(bench, tmp_path, capsys):
             assert record["torch_s"] > 0 and record["torch_peak_mb"] >= 0
         assert record["ours_stolen"] is None or 0.0 <= record["ours_stolen"] <= 1.0
         assert isinstance(record["n"], int)
-        for key in ("ours_s", "exact_s"):
+        for key in ("ours_s", "exact_s", "floor_s", "floor_gemm_gflops"):
             assert isinstance(record[key], float) and record[key] > 0
         # the process's CPU time is counted in clock ticks (10 ms): seven steps of a few ms at
         # N = 200 may add up to no tick, so 0.0 is a measurement, not a failure (the suite
@@ -54,8 +56,9 @@ def test_tiny_sweep_writes_one_record_per_n(bench, tmp_path, capsys):
         for key in ("ours_peak_mb", "exact_peak_mb"):
             assert isinstance(record[key], float) and record[key] >= 0
     printed = capsys.readouterr().out
-    assert printed.count("not measured") == 4  # no N in [1e4, 1e6], no N = 1e6, torch below 1e4
-    for number in (1, 2, 3, 4):
+    # no N in [1e4, 1e6], no N = 1e6, torch below 1e4, no floor at N >= 1e4
+    assert printed.count("not measured") == 5
+    for number in (1, 2, 3, 4, 5):
         assert f"goal {number} (" in printed
 
 
@@ -97,6 +100,17 @@ def test_goal_4_holds_the_torch_ratios_at_their_bounds(bench, time_ratio, memory
     ]  # N = 1e3 lies below the goal's range: its ratio 9 does not count
     line = bench.goal_lines(records, "float32", 2)[3]
     assert line.startswith("goal 4") and line.endswith(verdict), line
+
+
+@pytest.mark.parametrize(("ratio", "verdict"), [(1.5, "PASS"), (1.51, "FAIL")])
+def test_goal_5_holds_the_floor_ratio_at_its_bound(bench, ratio, verdict):
+    # issue 38: ours as a multiple of the step's arithmetic floor, from N = 1e4
+    records = [
+        {"n": 1_000, "ours_s": 9.0, "ours_peak_mb": 1.0, "floor_s": 1.0},
+        {"n": 10_000, "ours_s": ratio, "ours_peak_mb": 1.0, "floor_s": 1.0},
+    ]  # N = 1e3 lies below the goal's range: its ratio 9 does not count
+    line = bench.goal_lines(records, "float32", 2)[4]
+    assert line.startswith("goal 5") and line.endswith(verdict), line
 
 
 def test_goal_lines_say_when_nothing_was_measured(bench):

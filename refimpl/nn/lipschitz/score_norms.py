@@ -338,7 +338,9 @@ def largest_pair_product_backward(norms: tuple, branch: Any, d_product: Any) -> 
     xp = get_array_module(d_product)
     d_norms = [xp.zeros_like(d_product) for _ in range(3)]
     for pair, (i, j) in enumerate(_PAIRS):
-        chosen = xp.where(branch == pair, d_product, 0)  # d_product where this product won
+        # A bare int branch gives a Python bool, which cupy.where refuses (it calls .astype).
+        won = xp.asarray(branch == pair)
+        chosen = xp.where(won, d_product, 0)  # d_product where this product won
         d_norms[i] = d_norms[i] + chosen * norms[j]
         d_norms[j] = d_norms[j] + chosen * norms[i]
     return tuple(d_norms)

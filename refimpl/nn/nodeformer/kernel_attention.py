@@ -37,18 +37,18 @@ for tests that the stabiliser cancels).
 
 Row blocks
 ----------
-:class:`KernelizedSoftmax` never forms an ``(N, K m)`` array. Every step runs over
-blocks of rows (:data:`ROW_BLOCK` = 1024 nodes on the host, all ``N`` at once on a
-device): a block's key features ``K~^T (K m, B)`` (1.2 MB in float32 at ``K m =
-300``) are built, used in its products and dropped while they sit in a core's cache,
-and the backward rebuilds them instead of reading them back from memory. Per-node
-arrays are kept transposed, ``(m, N)`` and ``(K, N)``, so a block's broadcasts run
-along the nodes: ``B`` contiguous values per row, not ``m = 30`` or ``K = 10``. The
-blocks run on :func:`~refimpl.kernels.parallel.map_blocks`'s
-threads, with BLAS on one thread in each. What the blocks share (``U_s``, ``O_s``, their
-gradients, the shift ``c_s``) is summed or maximised over the blocks in block order,
-so results depend on the block size (by rounding) but not on the thread count (bit
-for bit). The benchmark docs give the time this saves.
+:class:`KernelizedSoftmax` never forms an ``(N, K m)`` array. Every step runs over blocks of
+rows (:data:`ROW_BLOCK` = 1024 nodes on the host; on a device as many as keep a block within
+``DEVICE_BLOCK_BYTES``, :func:`row_blocks`): a block's key features ``K~^T (K m, B)`` (1.2
+MB in float32 at ``K m = 300``) are built, used in its products and dropped while they sit
+in a core's cache, and the backward rebuilds them instead of reading them back from memory.
+Per-node arrays are kept transposed, ``(m, N)`` and ``(K, N)``, so a block's broadcasts run
+along the nodes: ``B`` contiguous values per row, not ``m = 30`` or ``K = 10``. The blocks
+run on :func:`~refimpl.kernels.parallel.map_blocks`'s threads, with BLAS on one thread in
+each. What the blocks share (``U_s``, ``O_s``, their gradients, the shift ``c_s``) is summed
+or maximised over the blocks in block order, so results depend on the block size (by
+rounding) but not on the thread count (bit for bit). The benchmark docs give the time this
+saves.
 
 Edge semantics
 --------------
