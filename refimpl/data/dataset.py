@@ -31,7 +31,7 @@ __all__ = [
 
 RESTORE = (
     "restore the file from where you got it (the user guide's Data page, \"Getting the "
-    "files\", says where each set comes from)"
+    'files", says where each set comes from)'
 )
 
 
