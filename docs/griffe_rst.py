@@ -42,16 +42,31 @@ def rewrite(text: str) -> str:
     return _LITERAL_BLOCK.sub(r"\1:", _ROLE.sub(_role, text))
 
 
+_SECTION = re.compile(r"^[A-Z][\w ]*\n-{3,}[ \t]*$", flags=re.MULTILINE)
+
+
 def with_module_docstring(class_doc: str, module_doc: str) -> str:
-    """``class_doc`` with ``module_doc`` in a box after its first paragraph.
+    """``class_doc`` with ``module_doc`` in a box after its own text, before its first numpy
+    section (``Parameters``, ...), so the class's equations come first.
 
     Indented inside the box, the module's text cannot start a numpy section of the class
-    (``Parameters`` must begin a line), so the class's own sections parse as before.
+    (``Parameters`` must begin a line), so the class's own sections parse as before; the
+    module's reST headings (a line underlined with dashes) become bold lines, which a box can
+    hold.
     """
-    summary, _, rest = class_doc.partition("\n\n")
+    found = _SECTION.search(class_doc)
+    text, sections = (
+        (class_doc, "")
+        if found is None
+        else (
+            class_doc[: found.start()],
+            class_doc[found.start() :],
+        )
+    )
+    module_text = _SECTION.sub(lambda m: f"**{m.group(0).splitlines()[0].strip()}**", module_doc)
     box = '!!! abstract "Equations and conventions (from the module docstring)"\n\n'
-    box += textwrap.indent(module_doc.strip(), "    ")
-    return "\n\n".join(part for part in (summary, box, rest) if part.strip())
+    box += textwrap.indent(module_text.strip(), "    ")
+    return "\n\n".join(part.strip("\n") for part in (text, box, sections) if part.strip())
 
 
 def _exported_targets(module: griffe.Module) -> list[str]:

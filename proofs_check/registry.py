@@ -57,18 +57,43 @@ DEFAULT_CASES = 40  # random cases per check: the whole run stays around a secon
 
 @dataclass(frozen=True)
 class Record:
-    """The outcome of one check; :meth:`as_dict` is what ``--json`` writes."""
+    """The outcome of one check; :meth:`as_dict` is what ``--json`` writes.
+
+    Parameters
+    ----------
+    id : str
+        The check's id, ``"<paper-or-topic>.<result>[.<part>]"``.
+    paper : str
+        The paper the result is from, e.g. ``"GAT-balance"``.
+    statement : str
+        The inequality checked, with the result's number (``"... (Thm 2.2, Eq. 3)"``).
+    bound : float
+        The bound of the worst case.
+    measured : float
+        The value measured in the worst case.
+    margin : float
+        How far ``measured`` lies inside ``bound``: ``>= 0`` holds (module docstring).
+    passed : bool
+        ``margin >= 0`` (False for a NaN or no case).
+    n_cases : int
+        The cases evaluated; ``measured``, ``bound`` and ``margin`` are the worst one's.
+    relation : {"<=", ">="}, default "<="
+        What holds: ``measured <= bound`` (an upper bound) or ``measured >= bound``.
+    tightness : float, default 0.0
+        ``measured / bound`` (``bound / measured`` for ``">="``): 1 when attained, 0 where
+        undefined.
+    """
 
     id: str
     paper: str
     statement: str
     bound: float
     measured: float
-    margin: float  # > 0 inside the bound, see the module docstring
+    margin: float
     passed: bool
-    n_cases: int  # cases evaluated; measured/bound/margin are those of the worst one
-    relation: str = "<="  # what holds: "<=" (measured <= bound, an upper bound) or ">="
-    tightness: float = 0.0  # measured / bound ("<="; bound / measured for ">="): 1 = attained
+    n_cases: int
+    relation: str = "<="
+    tightness: float = 0.0
 
     @property
     def sense(self) -> Sense:
@@ -104,6 +129,11 @@ class WorstCase:
     ``add`` takes scalars or arrays of any backend (one entry per row,
     neighbourhood or head, say); ``bound`` broadcasts against ``measured``, so a
     per-case rounding allowance can sit next to each value.
+
+    Parameters
+    ----------
+    sense : {"upper", "lower"}
+        Whether each case's ``measured`` must stay at or below its ``bound`` or at or above it.
     """
 
     def __init__(self, sense: Sense) -> None:
@@ -140,7 +170,19 @@ class WorstCase:
 
 @dataclass(frozen=True)
 class Context:
-    """What a check body receives: randomness, the case budget, the array module."""
+    """What a check body receives: randomness, the case budget, the array module.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        Seeded per check from ``(seed, id)``: a check draws the same cases alone or in a run.
+    cases : int
+        How many random cases to evaluate.
+    xp : module
+        The array module of the backend under check.
+    dtype : dtype, default numpy.float64
+        The float type the cases are made in (float64 for checks and tests).
+    """
 
     rng: np.random.Generator
     cases: int
@@ -157,7 +199,22 @@ CheckBody = Callable[[Context], WorstCase]
 
 @dataclass(frozen=True)
 class Check:
-    """A registered check; calling it runs the body and returns a :class:`Record`."""
+    """A registered check; calling it runs the body and returns a :class:`Record`.
+
+    A call, ``one(seed=0, cases=DEFAULT_CASES, backend=None)``, draws from ``(seed, id)``, so
+    a check run alone (``--only``) reproduces the numbers of the full run.
+
+    Parameters
+    ----------
+    id : str
+        The id, ``"<paper-or-topic>.<result>[.<part>]"``.
+    paper : str
+        The paper the result is from, e.g. ``"GAT-balance"``.
+    statement : str
+        The inequality checked.
+    body : callable
+        ``body(context) -> WorstCase``, given a :class:`Context`.
+    """
 
     id: str
     paper: str
@@ -201,7 +258,23 @@ REGISTRY: dict[str, Check] = {}  # id -> check, in registration (= module import
 
 
 def check(*, id: str, paper: str, statement: str) -> Callable[[CheckBody], Check]:
-    """Register the decorated body under ``id`` (``"<paper-or-topic>.<result>[.<part>]"``)."""
+    """Register the decorated body under ``id``; the decorator returns the :class:`Check`.
+
+    Parameters
+    ----------
+    id : str
+        ``"<paper-or-topic>.<result>[.<part>]"``, unique among the registered checks.
+    paper : str
+        The paper the result is from, e.g. ``"GAT-balance"``.
+    statement : str
+        The inequality checked.
+
+    Returns
+    -------
+    callable
+        The decorator: ``body(context) -> WorstCase`` in, the registered :class:`Check` out
+        (``ValueError`` if another body holds ``id``).
+    """
 
     def register(body: CheckBody) -> Check:
         previous = REGISTRY.get(id)
@@ -227,5 +300,17 @@ def matches(identifier: str, pattern: str | None) -> bool:
 
 
 def select(pattern: str | None = None) -> list[Check]:
-    """Registered checks whose id :func:`matches` ``pattern``, in registration order."""
+    """Registered checks whose id :func:`matches` ``pattern``, in registration order.
+
+    Parameters
+    ----------
+    pattern : str or None, default None
+        A substring of the id, or a glob when it holds ``*``, ``?`` or ``[``; ``None`` selects
+        every check.
+
+    Returns
+    -------
+    list of Check
+        The checks selected.
+    """
     return [one for one in REGISTRY.values() if matches(one.id, pattern)]

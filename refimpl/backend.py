@@ -114,7 +114,20 @@ def _load(name: str) -> ModuleType:
 
 
 def set_backend(name: str) -> None:
-    """Select the global backend (``"numpy"``, ``"cupy"`` or ``"strict"``)."""
+    """Select the global backend, importing its module now (an unavailable one fails here).
+
+    Parameters
+    ----------
+    name : {"numpy", "cupy", "strict"}
+        The backend; ``"cupy"`` needs CuPy and a CUDA device.
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is not a backend.
+    ImportError
+        If its module cannot be imported (CuPy not installed).
+    """
     global _current
     _load(name)  # fail now, not at the first array creation
     _current = name
@@ -127,7 +140,18 @@ def get_backend() -> str:
 
 @contextlib.contextmanager
 def use_backend(name: str) -> Iterator[ModuleType]:
-    """Select a backend for the duration of a ``with`` block; yields its module."""
+    """Select a backend for the duration of a ``with`` block; the previous one comes back after.
+
+    Parameters
+    ----------
+    name : {"numpy", "cupy", "strict"}
+        The backend; ``"cupy"`` needs CuPy and a CUDA device.
+
+    Yields
+    ------
+    module
+        The backend's array module (``numpy``, ``cupy`` or the strict stand-in).
+    """
     previous = _current
     set_backend(name)
     try:
@@ -137,12 +161,34 @@ def use_backend(name: str) -> Iterator[ModuleType]:
 
 
 def array_module(backend: str | None = None) -> ModuleType:
-    """The array module of ``backend`` (the global backend when ``None``)."""
+    """The array module of ``backend``.
+
+    Parameters
+    ----------
+    backend : {"numpy", "cupy", "strict"} or None, default None
+        The backend; ``None`` for the global one (:func:`set_backend`).
+
+    Returns
+    -------
+    module
+        ``numpy``, ``cupy`` or :mod:`refimpl.testing.strict`.
+    """
     return _load(_current if backend is None else backend)
 
 
 def backend_name(xp: ModuleType) -> str:
-    """Inverse of :func:`array_module`: ``"numpy"``, ``"cupy"`` or ``"strict"``."""
+    """Inverse of :func:`array_module`: the name of array module ``xp``.
+
+    Parameters
+    ----------
+    xp : module
+        An array module of a backend (``numpy``, ``cupy``, the strict stand-in).
+
+    Returns
+    -------
+    str
+        ``"numpy"``, ``"cupy"`` or ``"strict"``; ``ValueError`` for any other module.
+    """
     for name, spec in _SPECS.items():
         if xp.__name__ == spec.module_path:
             return name
@@ -150,8 +196,19 @@ def backend_name(xp: ModuleType) -> str:
 
 
 def sparse_module(xp: ModuleType) -> ModuleType:
-    """The sparse-matrix module that goes with array module ``xp``: ``scipy.sparse``,
-    ``cupyx.scipy.sparse``, or the strict stand-in's :mod:`refimpl.testing.strict_sparse`."""
+    """The sparse-matrix module that goes with array module ``xp``.
+
+    Parameters
+    ----------
+    xp : module
+        An array module of a backend.
+
+    Returns
+    -------
+    module
+        ``scipy.sparse``, ``cupyx.scipy.sparse``, or the strict stand-in's
+        :mod:`refimpl.testing.strict_sparse`.
+    """
     return importlib.import_module(_SPECS[backend_name(xp)].sparse_path)
 
 
@@ -164,7 +221,18 @@ _SPARSE_OWNERS = {
 
 def sparse_owner(matrix: Any) -> str | None:
     """Backend of a sparse matrix (``scipy.sparse``, ``cupyx.scipy.sparse``, the strict
-    stand-in's), or ``None`` when ``matrix`` is not one."""
+    stand-in's).
+
+    Parameters
+    ----------
+    matrix : Any
+        Any value.
+
+    Returns
+    -------
+    str or None
+        ``"numpy"``, ``"cupy"`` or ``"strict"``; ``None`` when ``matrix`` is not a sparse matrix.
+    """
     module = type(matrix).__module__
     for prefix, owner in _SPARSE_OWNERS.items():
         if module == prefix or module.startswith(prefix + "."):
@@ -173,7 +241,18 @@ def sparse_owner(matrix: Any) -> str | None:
 
 
 def is_sparse(matrix: Any) -> bool:
-    """True for a sparse matrix of any backend (sparse input features: ``x`` in CSR)."""
+    """True for a sparse matrix of any backend (sparse input features: ``x`` in CSR).
+
+    Parameters
+    ----------
+    matrix : Any
+        Any value.
+
+    Returns
+    -------
+    bool
+        Whether :func:`sparse_owner` knows its backend.
+    """
     return sparse_owner(matrix) is not None
 
 
@@ -201,7 +280,18 @@ _PLAIN_SUBCLASSES = (np.memmap,)
 def is_array(array: Any) -> bool:
     """True for a dense array of any backend (``numpy.ndarray``, ``cupy.ndarray``, strict);
     False for a sparse matrix (:func:`is_sparse`) and for a subclass of ``numpy.ndarray`` with
-    arithmetic of its own (``numpy.matrix``, ``numpy.ma.MaskedArray``: a memmap is an array)."""
+    arithmetic of its own (``numpy.matrix``, ``numpy.ma.MaskedArray``: a memmap is an array).
+
+    Parameters
+    ----------
+    array : Any
+        Any value.
+
+    Returns
+    -------
+    bool
+        Whether the math here can take ``array`` as a dense array.
+    """
     if type(array) is np.ndarray:  # the common case, without the owner lookup
         return True
     if isinstance(array, np.ndarray):
@@ -211,7 +301,15 @@ def is_array(array: Any) -> bool:
 
 def refuse_array_subclass(value: Any, name: str) -> None:
     """A ``TypeError`` in one line for ``value``, a subclass of ``numpy.ndarray`` that
-    :func:`is_array` refuses, saying what to pass instead; nothing for any other value."""
+    :func:`is_array` refuses, saying what to pass instead; nothing for any other value.
+
+    Parameters
+    ----------
+    value : Any
+        The value to check.
+    name : str
+        Its name in the message, e.g. ``"x"``.
+    """
     if not isinstance(value, np.ndarray) or is_array(value):
         return
     if isinstance(value, np.ma.MaskedArray):
@@ -237,6 +335,21 @@ def get_array_module(*arrays: Any) -> ModuleType:
     Non-arrays (Python scalars, ``None``) are ignored; with no array at all the
     global backend's module is returned. Arrays of two different backends are an
     error: nothing is moved between host and device behind the caller's back.
+
+    Parameters
+    ----------
+    *arrays : Any
+        Dense arrays, sparse matrices, or anything else (ignored).
+
+    Returns
+    -------
+    module
+        ``numpy``, ``cupy`` or the strict stand-in.
+
+    Raises
+    ------
+    TypeError
+        If arrays of two backends are mixed.
     """
     if arrays and all(type(array) is np.ndarray for array in arrays):  # the common case
         return np
@@ -250,9 +363,25 @@ def get_array_module(*arrays: Any) -> ModuleType:
 
 
 def asarray(array: Any, backend: str | None = None, dtype: Any = None) -> Any:
-    """Copy or view ``array`` as an array of ``backend`` (explicit host/device move). A sparse
-    matrix stays sparse: a CSR matrix of ``backend``'s sparse module. A ``numpy.ma`` masked
-    array is refused (``TypeError``): its mask would be dropped without a word."""
+    """Copy or view ``array`` as an array of ``backend`` (explicit host/device move).
+
+    A ``numpy.ma`` masked array is refused (``TypeError``): its mask would be lost unsaid.
+
+    Parameters
+    ----------
+    array : array_like or sparse matrix
+        An array of any backend, a sparse matrix, or what ``xp.asarray`` takes (a list).
+    backend : {"numpy", "cupy", "strict"} or None, default None
+        The target; ``None`` for the global backend.
+    dtype : dtype or None, default None
+        Cast to it; ``None`` keeps the dtype.
+
+    Returns
+    -------
+    array or sparse matrix
+        A dense array of ``backend`` (a view when nothing moves or changes), or for a sparse
+        ``array`` a CSR matrix of ``backend``'s sparse module.
+    """
     if isinstance(array, np.ma.MaskedArray):
         refuse_array_subclass(array, "array")
     source = _owner(array)
@@ -277,7 +406,18 @@ def _sparse_to(matrix: Any, source: str, target: str, dtype: Any) -> Any:
 
 
 def to_numpy(array: Any) -> np.ndarray:
-    """A NumPy copy (or view) of an array of any backend."""
+    """A NumPy copy (or view) of an array of any backend.
+
+    Parameters
+    ----------
+    array : array_like
+        An array of any backend, or anything ``numpy.asarray`` takes.
+
+    Returns
+    -------
+    numpy.ndarray
+        On the host; a device array is copied.
+    """
     owner = _owner(array)
     if owner is None or owner == "numpy":
         return np.asarray(array)

@@ -78,7 +78,15 @@ _LIMIT_TEXT = re.compile(r"\s*(\d+(?:\.\d*)?)\s*([KMGT]?)(?:i?B)?\s*", re.IGNORE
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> None:
-    """Create or replace ``path`` with what ``write(stream)`` writes to a binary stream."""
+    """Create or replace ``path`` with what ``write(stream)`` writes to a binary stream.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file to create or replace; missing folders are created.
+    write : callable
+        ``write(stream)`` writes the whole content to the binary stream it is given.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -102,6 +110,18 @@ def check_output_file(path: str | os.PathLike, what: str = "output file") -> Pat
     Raises ``FileNotFoundError`` for a missing folder (a typo is refused, not created) and
     ``ValueError`` for a folder given as the file or a folder that cannot be written, each
     message naming ``what`` and the path.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file a later :func:`atomic_write` will create or replace.
+    what : str, default "output file"
+        What the file is, for the messages (e.g. ``"checkpoint"``).
+
+    Returns
+    -------
+    pathlib.Path
+        ``path`` as a ``Path``.
     """
     path = Path(path)
     folder = path.parent
@@ -129,6 +149,16 @@ def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
     symlinks, folders, ``.tmp`` files of other tools with other names) is left alone. The
     caller owns ``folder``: a write in progress in it from another process would lose its
     temporary file and fail, so call this before writing, never beside a live writer.
+
+    Parameters
+    ----------
+    folder : str or os.PathLike
+        The folder to clean (not its subfolders).
+
+    Returns
+    -------
+    list of pathlib.Path
+        The files removed, sorted.
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -162,6 +192,24 @@ def read_npz(
     arrays claim more than ``max_bytes`` in all. All of it is checked on every member before
     any array is read, so a forged header or a compression bomb cannot make it allocate. Each
     message names the file, says what is wrong and ends with ``fix_hint``.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The ``.npz`` archive to read.
+    error_type : type of Exception, default ValueError
+        The exception raised for a file that is not an ``.npz`` of plain arrays.
+    fix_hint : str, default "write it with numpy.savez"
+        The end of every such message: how to make a readable file.
+    what : str, default "file"
+        What the file is, for the messages (e.g. ``"checkpoint"``).
+    max_bytes : int or None, default None
+        The most bytes all its arrays may hold together; ``None`` takes :func:`npz_limit`.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        Every array of the archive, by key, in the archive's order.
     """
     path = Path(path)
     if not path.is_file():
@@ -225,7 +273,18 @@ def printable(text: str) -> str:
     r"""``text`` with every character a terminal would not print as itself (control
     characters, escape sequences, line breaks) written as its Python escape, as ``repr``
     does: the string ``"a\x1b[2Jb"`` (with an ESC character) comes back as the text
-    ``a\x1b[2Jb`` (with a backslash). Plain text comes back unchanged."""
+    ``a\x1b[2Jb`` (with a backslash). Plain text comes back unchanged.
+
+    Parameters
+    ----------
+    text : str
+        Text from outside (a file name, a key in a user's file) to be shown in a message.
+
+    Returns
+    -------
+    str
+        The text safe to print on one line.
+    """
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 

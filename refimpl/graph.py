@@ -338,8 +338,21 @@ def _freeze(array: Any) -> None:
 
 
 def with_configured_self_loops(graph: Any, add_self_loops: bool) -> Graph:
-    """What a layer with ``add_self_loops`` attends over: exactly one self-loop per node
-    (existing ones replaced, as PyG's ``GATConv``), or ``graph`` as given."""
+    """What a layer with ``add_self_loops`` attends over.
+
+    Parameters
+    ----------
+    graph : Graph
+        The layer's graph.
+    add_self_loops : bool
+        The layer's option: replace the self-loops by exactly one per node (PyG's ``GATConv``).
+
+    Returns
+    -------
+    Graph
+        ``graph`` with one self-loop per node (existing ones replaced) when ``add_self_loops``,
+        else ``graph`` itself.
+    """
     if not isinstance(graph, Graph):
         raise TypeError(f"graph must be a refimpl.Graph, got {type(graph).__name__}")
     return graph.remove_self_loops().add_self_loops() if add_self_loops else graph

@@ -31,7 +31,6 @@ draw. (``torch.nn.init.xavier_normal_`` on that 3-D tensor would use
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -39,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from refimpl.backend import get_array_module
+from refimpl.draws import glorot_normal, orthogonal
 from refimpl.fields import check_nonnegative_number
 from refimpl.neurons import (
     ATTENTION_NAMES,
@@ -66,24 +66,7 @@ __all__ = [
 Scheme = Callable[[Any, np.random.Generator], dict[str, np.ndarray]]
 
 
-# -- draws -------------------------------------------------------------------------------
-def _glorot_normal(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
-    return rng.normal(0.0, math.sqrt(2.0 / (shape[0] + shape[1])), size=shape)
-
-
-def orthogonal(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
-    """A random ``(rows, cols)`` matrix with orthonormal rows (``rows <= cols``) or columns.
-
-    As ``torch.nn.init.orthogonal_``: QR of a standard normal matrix, with the
-    signs of ``R``'s diagonal moved into ``Q`` so the draw is Haar distributed.
-    """
-    rows, cols = shape
-    gaussian = rng.standard_normal((rows, cols) if rows >= cols else (cols, rows))
-    q, r = np.linalg.qr(gaussian)  # q (max, min) with orthonormal columns
-    q = q * np.where(np.diag(r) < 0, -1.0, 1.0)  # Haar measure (Mezzadri 2007)
-    return q if rows >= cols else q.T
-
-
+# -- looks-linear and identity weights -------------------------------------------------
 def _half(n: int, what: str, layer: int) -> int:
     if n % 2:
         raise ValueError(
@@ -123,7 +106,7 @@ def _identity_weight(
     first and last Glorot normal, as GAT-balance App. 8 (following Eliasof et al.)."""
     rows, cols = shape
     if layer in (0, num_layers - 1):
-        return _glorot_normal(rng, shape)
+        return glorot_normal(rng, shape)
     if not looks_linear:
         return np.eye(rows, cols)
     eye = np.eye(_half(rows, "output neurons", layer), _half(cols, "input features", layer))
@@ -157,7 +140,7 @@ def _layerwise(
         if local in WEIGHT_NAMES:
             params[name] = weight(rng, shape, index, model.num_layers)
         elif local in ATTENTION_NAMES and attention:
-            params[name] = _glorot_normal(rng, shape)
+            params[name] = glorot_normal(rng, shape)
         else:
             params[name] = np.zeros(shape)
     return params
@@ -170,6 +153,19 @@ def init_xavier(model: Any, rng: np.random.Generator) -> dict[str, np.ndarray]:
     Draw order: layer 0's weights and attention in ``GATConv.param_shapes``
     order, then layer 1's, ...; zeros draw nothing. So this equals calling
     ``conv.init_params(rng)`` for each of ``model.layers`` in turn.
+
+    Parameters
+    ----------
+    model : refimpl.models.GAT
+        The model to initialise: its ``param_shapes()`` gives the names and shapes,
+        ``model.layers`` the convolutions that draw.
+    rng : numpy.random.Generator
+        The generator every random entry is drawn from, in ``param_shapes`` order.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        One float64 host array per parameter, keyed and ordered as ``model.param_shapes()``.
     """
     drawn = {}
     for i, conv in enumerate(model.layers):
@@ -180,17 +176,56 @@ def init_xavier(model: Any, rng: np.random.Generator) -> dict[str, np.ndarray]:
 
 
 def init_xavier_normal(model: Any, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Glorot normal for every ``W`` and attention (the paper's Xav, from its code's xavierN)."""
-    return _layerwise(model, rng, lambda g, shape, *_: _glorot_normal(g, shape), attention=True)
+    """Glorot normal for every ``W`` and attention (the paper's Xav, from its code's xavierN).
+
+    Parameters
+    ----------
+    model : refimpl.models.GAT
+        The model to initialise: its ``param_shapes()`` gives the names and shapes.
+    rng : numpy.random.Generator
+        The generator every random entry is drawn from, in ``param_shapes`` order.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        One float64 host array per parameter, keyed and ordered as ``model.param_shapes()``.
+    """
+    return _layerwise(model, rng, lambda g, shape, *_: glorot_normal(g, shape), attention=True)
 
 
 def init_xavier_zero_att(model: Any, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Glorot normal ``W``, zero attention: GAT-balance Table 1's Xav_Z (the ablation)."""
-    return _layerwise(model, rng, lambda g, shape, *_: _glorot_normal(g, shape), attention=False)
+    """Glorot normal ``W``, zero attention: GAT-balance Table 1's Xav_Z (the ablation).
+
+    Parameters
+    ----------
+    model : refimpl.models.GAT
+        The model to initialise: its ``param_shapes()`` gives the names and shapes.
+    rng : numpy.random.Generator
+        The generator every random entry is drawn from, in ``param_shapes`` order.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        One float64 host array per parameter, keyed and ordered as ``model.param_shapes()``.
+    """
+    return _layerwise(model, rng, lambda g, shape, *_: glorot_normal(g, shape), attention=False)
 
 
 def init_orthogonal(model: Any, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Every ``W`` a random (semi-)orthogonal matrix; zero attention."""
+    """Every ``W`` a random (semi-)orthogonal matrix (:func:`orthogonal`); zero attention.
+
+    Parameters
+    ----------
+    model : refimpl.models.GAT
+        The model to initialise: its ``param_shapes()`` gives the names and shapes.
+    rng : numpy.random.Generator
+        The generator every random entry is drawn from, in ``param_shapes`` order.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        One float64 host array per parameter, keyed and ordered as ``model.param_shapes()``.
+    """
     return _layerwise(model, rng, lambda g, shape, *_: orthogonal(g, shape), attention=False)
 
 
@@ -199,19 +234,64 @@ def init_ll_orthogonal(model: Any, rng: np.random.Generator) -> dict[str, np.nda
 
     Hidden layers are then balanced by construction (rows and columns of
     ``[[U, -U], [-U, U]]`` have squared norm 2, shared weights); ``Bal_O``
-    balances the first and last layer to match. Odd widths raise ``ValueError``.
+    balances the first and last layer to match. Odd widths raise ``ValueError``, as do
+    averaged hidden heads (``concat=False`` with more than one head), where the mirrored rows
+    would cancel.
+
+    Parameters
+    ----------
+    model : refimpl.models.GAT
+        The model to initialise (even hidden widths): ``param_shapes()`` names and shapes.
+    rng : numpy.random.Generator
+        The generator every random entry is drawn from, in ``param_shapes`` order.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        One float64 host array per parameter, keyed and ordered as ``model.param_shapes()``.
     """
     _check_looks_linear(model)
     return _layerwise(model, rng, _ll_orthogonal_weight, attention=False)
 
 
 def init_identity(model: Any, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Identity hidden layers, Glorot-normal first and last layer; zero attention."""
+    """Identity hidden layers, Glorot-normal first and last layer; zero attention.
+
+    A non-square hidden layer gets the rectangular ``eye``, as GAT-balance App. 8.
+
+    Parameters
+    ----------
+    model : refimpl.models.GAT
+        The model to initialise: its ``param_shapes()`` gives the names and shapes.
+    rng : numpy.random.Generator
+        The generator every random entry is drawn from, in ``param_shapes`` order.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        One float64 host array per parameter, keyed and ordered as ``model.param_shapes()``.
+    """
     return _layerwise(model, rng, partial(_identity_weight, looks_linear=False), attention=False)
 
 
 def init_ll_identity(model: Any, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Looks-linear identity hidden layers ``[[I, -I], [-I, I]]``; zero attention."""
+    """Looks-linear identity hidden layers ``[[I, -I], [-I, I]]``; zero attention.
+
+    First and last layer Glorot normal. Odd hidden widths raise ``ValueError``, as do averaged
+    hidden heads (``concat=False`` with more than one head).
+
+    Parameters
+    ----------
+    model : refimpl.models.GAT
+        The model to initialise (even hidden widths): ``param_shapes()`` names and shapes.
+    rng : numpy.random.Generator
+        The generator every random entry is drawn from, in ``param_shapes`` order.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        One float64 host array per parameter, keyed and ordered as ``model.param_shapes()``.
+    """
     _check_looks_linear(model)
     return _layerwise(model, rng, partial(_identity_weight, looks_linear=True), attention=False)
 
@@ -239,8 +319,26 @@ def balance(params: dict[str, Any], beta: float = 2.0, order: str = "forward") -
     zeroes ``W_t`` for unshared GATv2 and balances ``W_s`` alone, so a port of it
     agrees with this only where ``W_t`` starts at zero. A
     single-layer network has no hidden neuron: its rows are scaled to ``beta``.
-    Returns a new dict on the same backend; ``params`` is not modified.
-    Raises ``ValueError`` if a neuron to be rescaled has all-zero weights.
+
+    Parameters
+    ----------
+    params : dict of str to array
+        A GAT model's parameters (``layer0.W``, ``layer0.att_src``, ...), any backend; kept.
+    beta : float, default 2.0
+        The squared norm the first layer's incoming rows (``order="forward"``) or the last
+        layer's columns (``"reverse"``) are scaled to; positive and finite.
+    order : {"forward", "reverse"}, default "forward"
+        Which end the balancing starts from (step 2 or step 3 above).
+
+    Returns
+    -------
+    dict of str to array
+        A new dict of the same keys on the same backend, every hidden neuron at ``c = 0``.
+
+    Raises
+    ------
+    ValueError
+        If ``order`` is unknown, ``beta`` not positive, or a neuron to rescale has zero weights.
     """
     if order not in ("forward", "reverse"):
         raise ValueError(f"order must be 'forward' or 'reverse', got {order!r}")

@@ -71,6 +71,22 @@ def jacobian_from_jvp(
 
     ``shape_in`` is the input's shape; the output's is read from the first call
     (an empty input gives a ``(0, 0)`` matrix: no call tells the output's size).
+
+    Parameters
+    ----------
+    jvp : callable
+        ``jvp(h) -> D f_X(h)``, linear, from an array of ``shape_in``.
+    shape_in : tuple of int
+        The input's shape.
+    xp : module or None, default None
+        The array module the basis is made in (the global backend's when ``None``).
+    dtype : dtype, default numpy.float64
+        The basis vectors' dtype.
+
+    Returns
+    -------
+    array
+        ``J``, ``(out.size, in.size)`` (module docstring, Layout).
     """
     xp = array_module() if xp is None else xp
     shape_in = tuple(int(s) for s in shape_in)
@@ -93,6 +109,22 @@ def jacobian_from_vjp(
 
     ``shape_out`` is the output's shape; the input's is read from the first call
     (an empty output gives a ``(0, 0)`` matrix).
+
+    Parameters
+    ----------
+    vjp : callable
+        ``vjp(c) -> D f_X^T(c)``, linear, from an array of ``shape_out``.
+    shape_out : tuple of int
+        The output's shape.
+    xp : module or None, default None
+        The array module the basis is made in (the global backend's when ``None``).
+    dtype : dtype, default numpy.float64
+        The basis vectors' dtype.
+
+    Returns
+    -------
+    array
+        ``J``, ``(out.size, in.size)`` (module docstring, Layout).
     """
     xp = array_module() if xp is None else xp
     shape_out = tuple(int(s) for s in shape_out)
@@ -106,11 +138,24 @@ def jacobian_from_vjp(
 def jacobian_central_differences(f: Callable[[Any], Any], x: Any, step: float = 1e-6) -> Any:
     """``J[:, l] = (f(x + step e_l) - f(x - step e_l)) / (2 step)``, for checking the others.
 
-    ``f`` maps an array of ``x``'s shape to an array; ``x`` is not modified.
     Truncation error ``O(step^2)`` times the third derivative, rounding error
     ``O(u |f| / step)``: about ``1e-10`` relative in float64 at the default step
     for the smooth maps here. Meaningless within ``step`` of a kink (a tie in a
     ``max``).
+
+    Parameters
+    ----------
+    f : callable
+        The map, from an array of ``x``'s shape to an array.
+    x : array
+        The point, floating-point; not modified.
+    step : float, default 1e-6
+        The difference step.
+
+    Returns
+    -------
+    array
+        ``(out.size, x.size)`` in ``x``'s dtype and backend (``(0, 0)`` for an empty ``x``).
     """
     xp = get_array_module(x)
     basis = _basis(tuple(x.shape), xp, x.dtype) * step  # (x.size, *x.shape)
@@ -128,6 +173,16 @@ def operator_norm_exact(jacobian: Any) -> float:
     Computed by the SVD of the backend (LAPACK ``gesdd`` on NumPy), whose
     singular values are exact to a few ``eps * ||J||_2 * max(shape)``; ``0.0``
     for a matrix without entries.
+
+    Parameters
+    ----------
+    jacobian : array
+        ``J``, 2-D ``(out.size, in.size)``, on any backend.
+
+    Returns
+    -------
+    float
+        The largest singular value.
     """
     xp = get_array_module(jacobian)
     if jacobian.ndim != 2:
@@ -149,6 +204,21 @@ class PowerIteration(NamedTuple):
     norm^2`` of an eigenvalue of ``J^T J`` (the symmetric Bauer-Fike bound), and
     a small residual with a random start makes that eigenvalue the top one
     unless the start was orthogonal to its eigenvector.
+
+    Attributes
+    ----------
+    norm : float
+        ``||J v||`` for the final unit ``v``: at most ``||J||_2``.
+    residual : float
+        The relative eigen-residual of ``v`` for ``J^T J``.
+    iterations : int
+        The ``J^T J`` products taken.
+    converged : bool
+        Whether ``residual <= tol``.
+    right : array
+        ``v``, of the input's shape, unit norm: the (approximate) top right singular vector.
+    left : array
+        ``J v / ||J v||``, of the output's shape (zeros when ``J v = 0``).
     """
 
     norm: float  # ||J v|| for the final unit v: <= ||J||_2
@@ -184,6 +254,30 @@ def operator_norm_power(
     slow for a nearly repeated top singular value, where ``converged`` may
     stay ``False`` while ``norm`` is already accurate (the Rayleigh quotient
     errs by about ``residual^2 / gap``).
+
+    Parameters
+    ----------
+    jvp : callable
+        ``jvp(h) -> J h``, from an array of ``shape_in``.
+    vjp : callable
+        ``vjp(c) -> J^T c``, from an array of the output's shape.
+    shape_in : tuple of int
+        The input's shape.
+    rng : numpy.random.Generator
+        Draws the standard normal start (on the host).
+    iters : int, default 1000
+        The most ``J^T J`` products taken, ``>= 1``.
+    tol : float, default 1e-10
+        The relative eigen-residual at which to stop.
+    xp : module or None, default None
+        The array module of the start (the global backend's when ``None``).
+    dtype : dtype, default numpy.float64
+        The start's dtype.
+
+    Returns
+    -------
+    PowerIteration
+        The estimate, its residual and the singular vectors.
     """
     if iters < 1:
         raise ValueError(f"iters must be >= 1, got {iters}")
@@ -217,6 +311,20 @@ def block_derivatives(
 
     ``jvp`` is ``None`` when the block has no ``jvp`` method; ``vjp`` is the
     input part of ``backward`` (parameters held fixed, as in ``D Att_X``).
+
+    Parameters
+    ----------
+    block : Any
+        A block with the layer protocol (``forward``, ``backward``, optionally ``jvp``).
+    params : dict of str to array
+        Its parameters.
+    x : array
+        The input at which to differentiate.
+
+    Returns
+    -------
+    tuple
+        ``(jvp, vjp, out_shape)``: two callables (``jvp`` may be ``None``), the output's shape.
     """
     out, cache = block.forward(params, x)
     has_jvp = callable(getattr(block, "jvp", None))
@@ -239,6 +347,22 @@ def attention_jacobian(block: Any, params: dict[str, Any], x: Any, mode: str = "
     with the layer protocol: :class:`refimpl.nn.lipschitz.multi_head_attention.Attention` (``x`` of
     shape ``(d, n)``, output ``(d, m)``), ``TransformerAttention`` and
     ``MultiHeadAttention``.
+
+    Parameters
+    ----------
+    block : Any
+        A block with the layer protocol.
+    params : dict of str to array
+        Its parameters.
+    x : array
+        The input at which to differentiate.
+    mode : {"auto", "jvp", "vjp"}, default "auto"
+        How to assemble ``J`` (above).
+
+    Returns
+    -------
+    array
+        ``(out.size, x.size)`` in ``x``'s dtype and backend.
     """
     if mode not in ("auto", "jvp", "vjp"):
         raise ValueError(f"mode must be 'auto', 'jvp' or 'vjp', got {mode!r}")
@@ -263,10 +387,28 @@ def attention_jacobian_norm(
 ) -> float:
     """``||D block_X||_F``: ``"exact"`` (SVD of :func:`attention_jacobian`) or ``"power"``.
 
-    ``"power"`` runs :func:`operator_norm_power` on the block's ``jvp`` and
-    ``backward`` (``rng`` default ``default_rng(0)``; ``iters`` and ``tol``
-    through ``power_options``) and returns its estimate, a lower bound on the
-    norm; a block without ``jvp`` needs ``"exact"``.
+    ``"power"`` runs :func:`operator_norm_power` on the block's ``jvp`` and ``backward`` and
+    returns its estimate, a lower bound on the norm; a block without ``jvp`` needs ``"exact"``.
+
+    Parameters
+    ----------
+    block : Any
+        A block with the layer protocol.
+    params : dict of str to array
+        Its parameters.
+    x : array
+        The input at which to differentiate.
+    method : {"exact", "power"}, default "exact"
+        The SVD of the assembled ``J``, or power iteration.
+    rng : numpy.random.Generator or None, default None
+        For ``"power"``: draws the start; ``None`` takes ``default_rng(0)``.
+    **power_options : Any
+        For ``"power"``: ``iters`` and ``tol`` of :func:`operator_norm_power`.
+
+    Returns
+    -------
+    float
+        The norm (a lower bound with ``"power"``).
     """
     if method == "exact":
         return operator_norm_exact(attention_jacobian(block, params, x))

@@ -25,10 +25,6 @@ __all__ = ["accuracy", "roc_auc"]
 def accuracy(logits: Any, y: Any, mask: Any = None) -> float:
     """Fraction of selected rows whose arg-max logit is the label.
 
-    Parameters: ``logits`` (N, K) real; ``y`` (N,) integer labels in ``[0, K)``
-    (labels outside ``mask`` are never read, so a placeholder such as -1 is
-    fine); ``mask`` (N,) bool or ``None``.
-
     Computed on the logits' backend: only scalars (the count, the label range, the
     finiteness verdict) come back to the host, so evaluating on a GPU copies no array.
     ``y`` and ``mask`` on another backend are moved to it first.
@@ -36,6 +32,21 @@ def accuracy(logits: Any, y: Any, mask: Any = None) -> float:
     Ties: the prediction is the *lowest* index among equal maxima (``numpy.argmax``,
     ``torch.argmax`` on the CPU, ``cupy.argmax``), so a row of equal logits predicts
     class 0. The result is ``correct / count``, one correctly rounded division.
+
+    Parameters
+    ----------
+    logits : array
+        ``(N, K)`` real scores, finite in the rows counted.
+    y : array
+        ``(N,)`` integer labels in ``[0, K)``; labels outside ``mask`` are never read, so a
+        placeholder such as -1 is fine there.
+    mask : array or None, default None
+        ``(N,)`` bool, the rows counted (at least one); ``None`` counts every row.
+
+    Returns
+    -------
+    float
+        The fraction of counted rows predicted right, in ``[0, 1]``.
     """
     xp = _device(logits, "logits", kinds="fiu")
     if logits.ndim != 2 or logits.shape[1] < 1:
@@ -71,11 +82,7 @@ def roc_auc(scores: Any, targets: Any, mask: Any = None, average: str = "macro")
     equals the pairwise count ``#{s_pos > s_neg} + #{s_pos == s_neg} / 2``
     exactly (rank sums are half-integers, exact in float64 below 2**52).
 
-    Parameters: ``scores`` (N, K) or (N,) real or boolean; ``targets`` of the same shape,
-    0/1 (bool, integer or float); ``mask`` (N,) bool (rows), the scores' shape (single
-    entries: the observed labels of a multi-label task with missing ones; targets outside
-    it are never read, so NaN there is fine) or ``None``.
-    ``average="macro"``: the mean of the per-column AUCs over columns that have
+    ``average="macro"`` is the mean of the per-column AUCs over columns that have
     both classes among their selected entries, each column's AUC over its selected
     entries only; a column with only one class is skipped (its AUC is undefined):
     OGB's rule (``Evaluator._eval_rocauc`` in ``ogb/graphproppred/evaluate.py``: a task
@@ -87,6 +94,30 @@ def roc_auc(scores: Any, targets: Any, mask: Any = None, average: str = "macro")
     scikit-learn parity: ``roc_auc_score(targets, scores, average=...)`` when
     every column has both classes (scikit-learn errors or returns NaN instead of
     skipping a one-class column).
+
+    Parameters
+    ----------
+    scores : array
+        ``(N, K)`` or ``(N,)``, real or boolean: higher means more likely positive.
+    targets : array
+        The shape of ``scores``, 0/1 (bool, integer or float).
+    mask : array or None, default None
+        ``(N,)`` bool selecting rows, or of the scores' shape selecting single entries (the
+        observed labels of a multi-label task with missing ones; targets outside it are never
+        read, so NaN there is fine); ``None`` selects everything.
+    average : {"macro", "micro"}, default "macro"
+        The mean of the per-column AUCs (one-class columns skipped), or one AUC over all
+        selected pairs pooled.
+
+    Returns
+    -------
+    float
+        The AUC in ``[0, 1]``.
+
+    Raises
+    ------
+    ValueError
+        If no column has both classes among its selected entries.
     """
     if average not in ("macro", "micro"):
         raise ValueError(f"average must be 'macro' or 'micro', got {average!r}")

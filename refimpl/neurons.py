@@ -59,15 +59,33 @@ _KEY = re.compile(r"layer(\d+)\.(\w+)$")
 
 @dataclass(frozen=True)
 class LayerParams:
-    """Where one layer's parameters sit in the flat dict, and how its heads combine."""
+    """Where one layer's parameters sit in the flat dict, and how its heads combine.
 
-    weights: tuple[str, ...]  # keys of W / W_s / W_t, each (H*C, n_in)
-    attention: tuple[str, ...]  # keys of att / att_src / att_dst, each (H, C)
-    bias: str | None  # key of the bias, (n_out,)
-    residual: str | None  # key of res_W, (n_out, n_in)
-    heads: int  # H
-    channels: int  # C
-    concat: bool  # n_out = H*C (else C: heads averaged)
+    Parameters
+    ----------
+    weights : tuple of str
+        The keys of ``W`` / ``W_s`` / ``W_t``, each ``(H*C, n_in)``.
+    attention : tuple of str
+        The keys of ``att`` / ``att_src`` / ``att_dst``, each ``(H, C)``.
+    bias : str or None
+        The key of the bias, ``(n_out,)``; None without one.
+    residual : str or None
+        The key of ``res_W``, ``(n_out, n_in)``; None without one.
+    heads : int
+        ``H``.
+    channels : int
+        ``C``.
+    concat : bool
+        ``n_out = H*C`` (else ``C``: heads averaged).
+    """
+
+    weights: tuple[str, ...]
+    attention: tuple[str, ...]
+    bias: str | None
+    residual: str | None
+    heads: int
+    channels: int
+    concat: bool
 
     @property
     def width(self) -> int:
@@ -80,6 +98,16 @@ def layer_structure(params: dict[str, Any]) -> list[LayerParams]:
 
     Raises ``ValueError`` naming the key or layer when the dict is not a GAT's
     (unknown names, missing attention, widths that do not chain).
+
+    Parameters
+    ----------
+    params : dict of str to array
+        A ``GAT``'s parameters, keys ``layer{l}.{name}`` (``GAT.param_shapes``).
+
+    Returns
+    -------
+    list of LayerParams
+        One per layer, layer 0 first.
     """
     names: dict[int, list[str]] = {}
     for key in params:
@@ -125,7 +153,22 @@ def layer_structure(params: dict[str, Any]) -> list[LayerParams]:
 
 
 def incoming_sums(values: dict[str, Any], layers: list[LayerParams], layer_index: int) -> Any:
-    """Per neuron of layer ``layer_index``: ``values`` summed over its incoming set, ``(n_l,)``."""
+    """Per neuron of layer ``layer_index``: ``values`` summed over its incoming set.
+
+    Parameters
+    ----------
+    values : dict of str to array
+        Keyed like the parameters, e.g. ``p * grad`` or ``p * p``.
+    layers : list of LayerParams
+        The model's structure (:func:`layer_structure`).
+    layer_index : int
+        The layer ``l``.
+
+    Returns
+    -------
+    array
+        ``(n_l,)``.
+    """
     layer = layers[layer_index]
     incoming = sum(_rows_to_neurons(values[k].sum(axis=1), layer) for k in layer.weights)
     if layer.bias is not None:
@@ -136,13 +179,43 @@ def incoming_sums(values: dict[str, Any], layers: list[LayerParams], layer_index
 
 
 def attention_sums(values: dict[str, Any], layers: list[LayerParams], layer_index: int) -> Any:
-    """Per neuron of layer ``layer_index``: ``values`` summed over its attention, ``(n_l,)``."""
+    """Per neuron of layer ``layer_index``: ``values`` summed over its attention.
+
+    Parameters
+    ----------
+    values : dict of str to array
+        Keyed like the parameters, e.g. ``p * grad`` or ``p * p``.
+    layers : list of LayerParams
+        The model's structure (:func:`layer_structure`).
+    layer_index : int
+        The layer ``l``.
+
+    Returns
+    -------
+    array
+        ``(n_l,)``.
+    """
     layer = layers[layer_index]
     return sum(_heads_to_neurons(values[k], layer) for k in layer.attention)
 
 
 def outgoing_sums(values: dict[str, Any], layers: list[LayerParams], layer_index: int) -> Any:
-    """Per neuron of layer ``layer_index``: ``values`` summed over its outgoing set, ``(n_l,)``."""
+    """Per neuron of layer ``layer_index``: ``values`` summed over its outgoing set.
+
+    Parameters
+    ----------
+    values : dict of str to array
+        Keyed like the parameters, e.g. ``p * grad`` or ``p * p``.
+    layers : list of LayerParams
+        The model's structure (:func:`layer_structure`).
+    layer_index : int
+        The layer ``l``, below the last.
+
+    Returns
+    -------
+    array
+        ``(n_l,)``.
+    """
     following = layers[layer_index + 1]
     outgoing = sum(values[k].sum(axis=0) for k in following.weights)  # columns (n_l,)
     if following.residual is not None:
@@ -156,8 +229,21 @@ def neuron_sums(
     """Per hidden neuron of layer ``layer_index < L-1``: ``values`` summed over each set.
 
     ``values`` is keyed like the parameters, e.g. ``p * grad`` (Thm 2.2's inner
-    products) or ``p * p`` (squared norms, Cor 2.3). Returns ``(incoming,
-    attention, outgoing)``, each ``(n_l,)``.
+    products) or ``p * p`` (squared norms, Cor 2.3).
+
+    Parameters
+    ----------
+    values : dict of str to array
+        Keyed like the parameters, e.g. ``p * grad`` or ``p * p``.
+    layers : list of LayerParams
+        The model's structure (:func:`layer_structure`).
+    layer_index : int
+        The layer ``l``, below the last.
+
+    Returns
+    -------
+    tuple of array
+        ``(incoming, attention, outgoing)``, each ``(n_l,)``.
     """
     return (
         incoming_sums(values, layers, layer_index),
@@ -175,7 +261,23 @@ def scale_incoming(
 ) -> dict[str, Any]:
     """A copy of ``params`` with neuron ``i``'s incoming set (and attention) times ``factor[i]``.
 
-    ``factor`` ``(n_l,)``. ``attention=False`` leaves the attention entries alone.
+    Parameters
+    ----------
+    params : dict of str to array
+        A ``GAT``'s parameters; not modified.
+    layers : list of LayerParams
+        Their structure (:func:`layer_structure`).
+    layer_index : int
+        The layer ``l``.
+    factor : array
+        ``(n_l,)``, one factor per neuron.
+    attention : bool, default True
+        Whether the attention entries are scaled too.
+
+    Returns
+    -------
+    dict of str to array
+        A new dict; the arrays not scaled are shared with ``params``.
     """
     layer, out = layers[layer_index], dict(params)
     xp = get_array_module(factor)
@@ -198,7 +300,23 @@ def scale_outgoing(
 ) -> dict[str, Any]:
     """A copy of ``params`` with neuron ``i``'s outgoing columns times ``factor[i]``.
 
-    The columns are those of layer ``layer_index + 1``; ``factor`` ``(n_l,)``.
+    The columns are those of layer ``layer_index + 1`` (and its residual weights).
+
+    Parameters
+    ----------
+    params : dict of str to array
+        A ``GAT``'s parameters; not modified.
+    layers : list of LayerParams
+        Their structure (:func:`layer_structure`).
+    layer_index : int
+        The layer ``l`` whose neurons' outgoing columns are scaled, below the last.
+    factor : array
+        ``(n_l,)``, one factor per neuron.
+
+    Returns
+    -------
+    dict of str to array
+        A new dict; the arrays not scaled are shared with ``params``.
     """
     following, out = layers[layer_index + 1], dict(params)
     keys = list(following.weights) + ([following.residual] if following.residual else [])

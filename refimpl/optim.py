@@ -9,18 +9,21 @@ the caller owns and threads through the loop::
     numpy.savez("ckpt.npz", **state)                 # no pickle
     state = opt.load_state(numpy.load("ckpt.npz"), params)  # resumes bit-identically
 
-State layout: ``"step"`` (0-d int64, the number of updates taken) and, for Adam,
-``"m.<name>"`` and ``"v.<name>"`` (first and second moments, one per parameter,
-in its shape, dtype and backend). ``params`` and ``grads`` are dicts of float
-arrays keyed alike (the layer protocol's ``d_params``). The math runs in the
-array module of the parameters, so the same code runs on NumPy, CuPy and the
-strict stand-in; hyperparameters are Python floats, so a float32 model stays
+State layout: ``"step"`` (a 0-d int64 NumPy array on the host, on every backend: the number
+of updates taken) and, for Adam, ``"m.<name>"`` and ``"v.<name>"`` (first and second
+moments, one per parameter, in its shape, dtype and backend). ``params`` and ``grads``
+are dicts of float arrays keyed alike (the layer protocol's ``d_params``). The math runs in
+the array module of the parameters, so the same code runs on NumPy, CuPy and the strict
+stand-in; hyperparameters are Python floats, so a float32 model stays
 float32. Bias corrections are host scalars computed from the step count, as in
-PyTorch's ``_single_tensor_adam`` (reading ``"step"`` is one host sync on CuPy).
+PyTorch's ``_single_tensor_adam``; the count stays on the host, so reading it costs no sync.
+On a device backend Adam updates each parameter in one fused launch
+(:mod:`refimpl.kernels.adam`, its operations the reference's, in the same order).
 
-A step whose result is not finite raises (one reduction per new parameter and state array,
-the check the training loop's guard relied on): :class:`NonFiniteUpdate` where the update
-itself overflowed finite inputs (a learning rate or weight decay too large for the values),
+A step whose result is not finite raises (on NumPy one reduction per new parameter and
+state array; on a device one flag for the whole step, read once, then those reductions if
+it is set): :class:`NonFiniteUpdate` where the update itself overflowed finite inputs (a
+learning rate or weight decay too large for the values),
 :class:`~refimpl.validation.NonFiniteError` naming the input where one already held NaN or
 infinity.
 """
@@ -35,9 +38,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from refimpl.backend import asarray, backend_name, get_array_module, is_array
+from refimpl.array_checks import check_grads, check_like_param, check_param_arrays
+from refimpl.backend import asarray, backend_name, is_array
+from refimpl.kernels.adam import AdamScalars, fused_adam_update
 from refimpl.schedules import MultiStepLR, ReduceLROnPlateau, with_lr
-from refimpl.validation import NonFiniteError, all_finite
+from refimpl.validation import NonFiniteError, all_finite, finite_queues
 
 __all__ = [
     "OPTIMIZERS",
@@ -56,8 +61,17 @@ State = dict[str, Any]
 
 
 class NonFiniteUpdate(NonFiniteError):
-    """A step made ``key`` non-finite from finite parameters, gradients and state: a
-    parameter's name, or (``in_state``) a state entry's such as ``"v.layer0.W"``."""
+    """A step made ``key`` non-finite from finite parameters, gradients and state.
+
+    Parameters
+    ----------
+    message : str
+        The one-line message: what was made non-finite and what to change (``lr``).
+    key : str, default ""
+        A parameter's name, or (``in_state``) a state entry's such as ``"v.layer0.W"``.
+    in_state : bool, default False
+        Whether ``key`` names a state entry rather than a parameter.
+    """
 
     def __init__(self, message: str, key: str = "", in_state: bool = False) -> None:
         super().__init__(message)
@@ -66,7 +80,13 @@ class NonFiniteUpdate(NonFiniteError):
 
 class Optimizer(Protocol):
     """What the training loop needs from an optimiser; ``step`` raises
-    :class:`NonFiniteUpdate` rather than return a non-finite parameter or state entry."""
+    :class:`NonFiniteUpdate` rather than return a non-finite parameter or state entry.
+
+    Other Parameters
+    ----------------
+    *args, **kwargs : Any
+        None: a protocol is not constructed; :class:`SGD` and :class:`Adam` implement it.
+    """
 
     def init(self, params: Params) -> State: ...
 
@@ -85,6 +105,14 @@ class SGD:
     with its defaults (no momentum, dampening or Nesterov); the decay is added
     to the gradient (``grad.add(param, alpha=weight_decay)``), then
     ``param.add_(grad, alpha=-lr)``. State holds only the step count.
+
+    Parameters
+    ----------
+    lr : float
+        The learning rate, finite and ``> 0``; no default (torch has none for SGD).
+    weight_decay : float, default 0.0
+        The L2 penalty coefficient, finite and ``>= 0`` (the loss gains
+        ``weight_decay / 2 * ||w||^2``).
     """
 
     lr: float  # no default: there is no good one for plain SGD
@@ -95,17 +123,17 @@ class SGD:
         _set_floats(self, weight_decay=_check_real("SGD weight_decay", self.weight_decay))
 
     def init(self, params: Params) -> State:
-        """Fresh state: ``{"step": 0}`` on the parameters' backend."""
-        xp = _check_params(params)
-        return {"step": xp.asarray(0, dtype=xp.int64)}
+        """Fresh state: ``{"step": 0}`` (on the host)."""
+        check_param_arrays(params)
+        return {"step": np.asarray(0, dtype=np.int64)}
 
     def step(self, params: Params, grads: Params, state: Mapping[str, Any]) -> tuple[dict, State]:
         """One update; returns ``(new_params, new_state)`` without touching the inputs.
 
         Raises :class:`NonFiniteUpdate` if a new parameter is not finite (module docstring).
         """
-        xp = _check_params(params)
-        _check_grads(params, grads)
+        xp = check_param_arrays(params)
+        check_grads(params, grads)
         step = _check_state(state, params, ())
         new_params = {}
         with np.errstate(over="ignore", invalid="ignore"):  # an overflow: _check_update's line
@@ -114,7 +142,7 @@ class SGD:
                 if self.weight_decay != 0:
                     g = g + self.weight_decay * w  # L2 decay through the gradient (coupled)
                 new_params[name] = xp.asarray(w + (-self.lr) * g)  # NumPy: 0-d stays an array
-        new_state = {"step": xp.asarray(step + 1, dtype=xp.int64)}
+        new_state = {"step": np.asarray(step + 1, dtype=np.int64)}
         _check_update("SGD", params, grads, state, new_params, new_state)
         return new_params, new_state
 
@@ -145,6 +173,18 @@ class Adam:
     puts it before the correction). Not supported: ``amsgrad``, ``maximize``,
     decoupled decay (AdamW). Zero gradients with ``weight_decay=0`` leave a
     parameter exactly unchanged; the first update has ``|step| < lr``.
+
+    Parameters
+    ----------
+    lr : float, default 1e-3
+        The learning rate (Kingma & Ba's alpha), finite and ``> 0``. Defaults: the paper's
+        and PyTorch's.
+    betas : tuple of float, default (0.9, 0.999)
+        ``(beta1, beta2)``, the moments' decay rates, each in ``[0, 1)``.
+    eps : float, default 1e-8
+        Added to ``sqrt(v_hat)`` in the denominator, finite and ``> 0``.
+    weight_decay : float, default 0.0
+        The L2 penalty added to the gradient (PyTorch's Adam, not AdamW), ``>= 0``.
     """
 
     lr: float = 1e-3  # Kingma & Ba's alpha; PyTorch default
@@ -163,9 +203,10 @@ class Adam:
         _set_floats(self, weight_decay=_check_real("Adam weight_decay", self.weight_decay))
 
     def init(self, params: Params) -> State:
-        """Fresh state: step 0 and zero moments ``m.<name>``, ``v.<name>`` like each parameter."""
-        xp = _check_params(params)
-        state: State = {"step": xp.asarray(0, dtype=xp.int64)}
+        """Fresh state: step 0 (on the host) and zero moments ``m.<name>``, ``v.<name>`` like
+        each parameter."""
+        xp = check_param_arrays(params)
+        state: State = {"step": np.asarray(0, dtype=np.int64)}
         for slot in ("m", "v"):
             state.update({f"{slot}.{k}": xp.zeros_like(w) for k, w in params.items()})
         return state
@@ -176,13 +217,15 @@ class Adam:
         Raises :class:`NonFiniteUpdate` if a new parameter, ``m`` or ``v`` is not finite
         (module docstring).
         """
-        xp = _check_params(params)
-        _check_grads(params, grads)
+        xp = check_param_arrays(params)
+        check_grads(params, grads)
         t = _check_state(state, params, ("m", "v")) + 1
         beta1, beta2 = self.betas
         # Host scalars, as torch computes them from step_t.item(): Python float pow.
         step_size = self.lr / (1 - beta1**t)
         bias_correction2_sqrt = (1 - beta2**t) ** 0.5
+        if backend_name(xp) != "numpy":  # one launch per parameter, one sync per step
+            return self._fused_step(xp, params, grads, state, t, step_size, bias_correction2_sqrt)
         new_params, new_m, new_v = {}, {}, {}
         with np.errstate(over="ignore", invalid="ignore"):  # an overflow: _check_update's line
             for name, w in params.items():
@@ -196,8 +239,35 @@ class Adam:
                 # xp.asarray: NumPy arithmetic on 0-d arrays returns scalars; keep them arrays
                 new_params[name] = xp.asarray(w)
                 new_m[f"m.{name}"], new_v[f"v.{name}"] = xp.asarray(m), xp.asarray(v)
-        new_state = {"step": xp.asarray(t, dtype=xp.int64), **new_m, **new_v}
+        new_state = {"step": np.asarray(t, dtype=np.int64), **new_m, **new_v}
         _check_update("Adam", params, grads, state, new_params, new_state)
+        return new_params, new_state
+
+    def _fused_step(
+        self, xp: Any, params: Params, grads: Params, state: Any, t: int, step_size: float,
+        bias_correction2_sqrt: float,
+    ) -> tuple[dict, State]:  # fmt: skip
+        """:meth:`step` on a device: each parameter's update in one launch
+        (:func:`refimpl.kernels.adam.fused_adam_update`, the loop above op for op), and one
+        flag for the whole step, read once; set, :func:`_check_update` says which entry."""
+        beta1, beta2 = self.betas
+        scalars = AdamScalars(
+            self.weight_decay, 1 - beta1, 1 - (1 - beta1), beta2, 1 - beta2,
+            bias_correction2_sqrt, self.eps, -step_size, self.weight_decay != 0,
+            abs(1 - beta1) < 0.5,
+        )  # fmt: skip
+        flag = xp.zeros(1, dtype=xp.int32)
+        new_params, new_state = {}, {"step": np.asarray(t, dtype=np.int64)}
+        for name, w in params.items():
+            m, v = state[f"m.{name}"], state[f"v.{name}"]
+            new_params[name], new_state[f"m.{name}"], new_state[f"v.{name}"] = fused_adam_update(
+                xp, w, grads[name], m, v, scalars, flag
+            )
+        queues = finite_queues()
+        if queues:  # a deferred training step reads the flag with its other checks
+            queues[-1].append(flag)
+        elif int(flag[0]):  # the step's one sync
+            _check_update("Adam", params, grads, state, new_params, new_state)
         return new_params, new_state
 
     def load_state(self, state: Mapping[str, Any], params: Params | None = None) -> State:
@@ -209,7 +279,20 @@ OPTIMIZERS: dict[str, type] = {"sgd": SGD, "adam": Adam}
 
 
 def make_optimizer(name: str, **kwargs: Any) -> Optimizer:
-    """``OPTIMIZERS[name](**kwargs)``: ``make_optimizer("adam", lr=5e-3, weight_decay=5e-4)``."""
+    """``OPTIMIZERS[name](**kwargs)``: ``make_optimizer("adam", lr=5e-3, weight_decay=5e-4)``.
+
+    Parameters
+    ----------
+    name : {"sgd", "adam"}
+        The optimiser, in any case.
+    **kwargs : Any
+        Its configuration: the fields of :class:`SGD` or :class:`Adam`.
+
+    Returns
+    -------
+    SGD or Adam
+        The frozen configuration.
+    """
     if not isinstance(name, str) or name.lower() not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
     return OPTIMIZERS[name.lower()](**kwargs)
@@ -275,58 +358,6 @@ def _set_floats(obj: Any, **values: Any) -> None:
         object.__setattr__(obj, key, value)  # frozen dataclass: normalise once, at construction
 
 
-def _check_params(params: Params) -> Any:
-    """``params`` is a dict of float arrays on one backend; returns that backend's module."""
-    if not isinstance(params, Mapping):
-        raise TypeError(f"params must be a dict of arrays, got {type(params).__name__}")
-    for name, w in params.items():
-        if not isinstance(name, str):
-            raise TypeError(f"parameter names must be strings, got {name!r}")
-        if not is_array(w) or w.dtype.kind != "f":
-            kind = w.dtype if is_array(w) else type(w).__name__
-            raise TypeError(f"params[{name!r}] must be a floating-point array, got {kind}")
-    return get_array_module(*params.values())  # TypeError if backends are mixed
-
-
-def _check_grads(params: Params, grads: Params) -> None:
-    """``grads`` has exactly the keys of ``params``, each of the same shape, dtype and backend."""
-    if not isinstance(grads, Mapping):
-        raise TypeError(f"grads must be a dict of arrays, got {type(grads).__name__}")
-    _check_keys(params, grads, "grads")
-    for name, w in params.items():
-        _check_like(grads[name], w, f"grads[{name!r}]", name)
-
-
-def _check_keys(params: Params, other: Mapping[str, Any], what: str, prefix: str = "") -> None:
-    expected = {prefix + k for k in params}
-    missing = sorted(expected - set(other))
-    unexpected = sorted(set(other) - expected)
-    if missing or unexpected:
-        raise ValueError(
-            f"{what} keys must match the parameters: missing {missing}, unexpected {unexpected}"
-        )
-
-
-def _check_like(value: Any, w: Any, what: str, name: str) -> None:
-    if not is_array(value):
-        raise TypeError(f"{what} must be an array, got {type(value).__name__}")
-    if tuple(value.shape) != tuple(w.shape):
-        raise ValueError(
-            f"{what} has shape {tuple(value.shape)} but params[{name!r}] has {tuple(w.shape)}"
-        )
-    if value.dtype != w.dtype:
-        raise TypeError(
-            f"{what} has dtype {value.dtype} but params[{name!r}] has {w.dtype}; cast one of them"
-        )
-    try:
-        get_array_module(value, w)
-    except TypeError as err:
-        raise TypeError(
-            f"{what} lives on another backend than params[{name!r}]; for a loaded state call "
-            "opt.load_state(state, params)"
-        ) from err
-
-
 def _check_state(state: Mapping[str, Any], params: Params, slots: tuple[str, ...]) -> int:
     """``state`` matches ``params`` (one array per slot and parameter); returns the step count."""
     if not isinstance(state, Mapping) or "step" not in state:
@@ -347,7 +378,7 @@ def _check_state(state: Mapping[str, Any], params: Params, slots: tuple[str, ...
         )
     for slot in slots:
         for name, w in params.items():
-            _check_like(state[f"{slot}.{name}"], w, f"state[{slot + '.' + name!r}]", name)
+            check_like_param(state[f"{slot}.{name}"], w, f"state[{slot + '.' + name!r}]", name)
     return count
 
 
@@ -361,14 +392,13 @@ def _load_state(state: Mapping[str, Any], params: Params | None, slots: tuple[st
         raise ValueError("state must be a mapping with a 'step' entry (as saved from opt.init)")
     loaded = {k: state[k] for k in state}  # reads every array of an NpzFile once
     if params is not None:
-        backend = backend_name(_check_params(params))
+        backend = backend_name(check_param_arrays(params))
         loaded = {k: asarray(v, backend=backend) for k, v in loaded.items()}
-    xp = get_array_module(loaded["step"])
     step = loaded["step"]
     integer = getattr(step, "shape", None) == () and step.dtype.kind in "iu"
     if not (integer or (isinstance(step, int) and not isinstance(step, bool))):
         raise TypeError(f"state['step'] must be an integer, got {step!r}")
-    loaded["step"] = xp.asarray(int(step), dtype=xp.int64)  # e.g. a saved Python int
+    loaded["step"] = np.asarray(int(step), dtype=np.int64)  # on the host; a saved int too
     if params is not None:
         _check_state(loaded, params, slots)
     for key, value in loaded.items():  # checked once here, not in every step

@@ -54,6 +54,14 @@ class MultiStepLR:
     twice multiplies by ``gamma ** 2``, as torch's ``Counter`` does); a milestone 0 applies at
     :meth:`init`, as torch's constructor applies it. Whether one step is an epoch or an
     optimiser step is the caller's choice (NodeFormer's ``main-batch.py`` steps per batch).
+
+    Parameters
+    ----------
+    milestones : sequence of int
+        The step counts (``last_epoch``) at which the rate is multiplied by ``gamma``: one or
+        more ints ``>= 0``, any order, repeats allowed; no default (torch has none).
+    gamma : float, default 0.1
+        The factor applied at each milestone, finite and ``> 0`` (PyTorch's default).
     """
 
     milestones: tuple[int, ...]  # no default: torch has none
@@ -114,7 +122,28 @@ class ReduceLROnPlateau:
     else it is a bad step. During ``cooldown`` steps after a reduction bad steps are not
     counted. A reduction sets ``lr = max(lr * factor, min_lr)`` unless that changes ``lr`` by
     ``eps`` or less (torch's rule: the learning rate then stays). ``best`` starts at ``+inf``
-    (``min``) or ``-inf`` (``max``).
+    (``min``) or ``-inf`` (``max``). All defaults are PyTorch's.
+
+    Parameters
+    ----------
+    mode : {"min", "max"}, default "min"
+        ``"min"`` for a metric that should fall (a loss), ``"max"`` for one that should rise
+        (an accuracy).
+    factor : float, default 0.1
+        What a reduction multiplies the learning rate by, in ``(0, 1)``.
+    patience : int, default 10
+        Bad steps tolerated before a reduction, ``>= 0``.
+    threshold : float, default 1e-4
+        The least change that counts as an improvement, ``>= 0`` (relative or absolute, by
+        ``threshold_mode``).
+    threshold_mode : {"rel", "abs"}, default "rel"
+        Whether ``threshold`` is relative to ``best`` or absolute (the rules above).
+    cooldown : int, default 0
+        Steps after a reduction whose bad steps are not counted, ``>= 0``.
+    min_lr : float, default 0.0
+        The learning rate never goes below it, ``>= 0``.
+    eps : float, default 1e-8
+        A reduction that changes the learning rate by ``eps`` or less is not made, ``>= 0``.
     """
 
     mode: str = "min"  # "min": a loss; "max": an accuracy
@@ -207,16 +236,47 @@ SCHEDULES: dict[str, type] = {"multistep": MultiStepLR, "plateau": ReduceLROnPla
 
 
 def with_lr(optimizer: Any, lr: float) -> Any:
-    """``optimizer`` (a frozen :mod:`refimpl.optim` configuration) with learning rate ``lr``;
-    the same object when ``lr`` is already its own. The optimiser's state does not depend on
-    the learning rate, so it carries over, as in torch where a scheduler edits ``group["lr"]``."""
+    """``optimizer`` with learning rate ``lr``.
+
+    The optimiser's state does not depend on the learning rate, so it carries over, as in
+    torch where a scheduler edits ``group["lr"]``.
+
+    Parameters
+    ----------
+    optimizer : refimpl.optim.SGD or refimpl.optim.Adam
+        A frozen optimiser configuration; not modified.
+    lr : float
+        The new learning rate (the schedule state's ``"lr"``); the optimiser checks it (finite,
+        ``> 0``).
+
+    Returns
+    -------
+    refimpl.optim.SGD or refimpl.optim.Adam
+        ``optimizer`` itself when ``lr`` is already its own, else a copy with ``lr`` replaced.
+    """
     return optimizer if optimizer.lr == lr else dataclasses.replace(optimizer, lr=lr)
 
 
 def check_schedule(schedule: Any, every: Any, owner: str) -> None:
-    """``schedule`` is ``None`` or a schedule configuration, stepped per ``every``
-    (``"epoch"`` or ``"batch"``); ``ReduceLROnPlateau`` only per epoch, where a validation
-    metric exists. ``owner`` names the configuration in the message (``"TrainConfig"``)."""
+    """``schedule`` is ``None`` or a schedule configuration that can be stepped per ``every``.
+
+    Parameters
+    ----------
+    schedule : MultiStepLR, ReduceLROnPlateau or None
+        The schedule to check; ``None`` (no schedule) passes.
+    every : {"epoch", "batch"}
+        How often it is stepped; ``ReduceLROnPlateau`` only per epoch, where a validation
+        metric exists.
+    owner : str
+        The configuration named in the message, e.g. ``"TrainConfig"``.
+
+    Raises
+    ------
+    TypeError
+        If ``schedule`` is neither ``None`` nor a schedule configuration.
+    ValueError
+        If ``every`` is unknown, or ``ReduceLROnPlateau`` is to be stepped per batch.
+    """
     if schedule is not None and not isinstance(schedule, tuple(SCHEDULES.values())):
         raise TypeError(
             f"{owner} schedule must be None, MultiStepLR or ReduceLROnPlateau "

@@ -136,7 +136,7 @@ TARGETS = (
     Target("backward passes", MATH, Scope(_backward), sample=60),
     Target(
         "forward code",
-        (*MATH, "refimpl/graph.py", "refimpl/init.py"),
+        (*MATH, "refimpl/graph.py", "refimpl/init.py", "refimpl/draws.py"),
         Scope(_forward),
         sample=FORWARD_SAMPLE,
         spread="files, then lines",

@@ -25,6 +25,8 @@ FLOORS = {
     "refimpl.kernels": 1,
     "refimpl.graph": 2,
     "refimpl": 2,  # the root package re-exports Graph and the backend switch
+    "refimpl.draws": 2,  # orthogonal and Glorot draws: the backend alone
+    "refimpl.array_checks": 2,  # checks that read no values: the backend and Graph
     "refimpl.validation": 3,
     "refimpl.fields": 3,
     "refimpl.files": 3,

@@ -388,3 +388,93 @@ def test_a_non_finite_input_is_named_not_blamed_on_the_learning_rate(where):
         opt.step(params, grads, state)
     assert not isinstance(error.value, NonFiniteUpdate)
     assert str(error.value).startswith(f"Adam.step: {where}[{key!r}] holds NaN or infinity")
+
+
+# -- the fused device update (refimpl.kernels.adam) ---------------------------------------------
+
+
+@pytest.mark.parametrize("backend", DEVICE_BACKENDS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("weight_decay", [0.0, 5e-4])
+@pytest.mark.parametrize("betas", [(0.9, 0.999), (0.3, 0.99)], ids=["near_start", "far_branch"])
+def test_fused_adam_twin_is_the_reference_update_bit_for_bit(dtype, weight_decay, betas, backend):
+    # The strict stand-in runs adam_twin (the kernel's order, one launch) where NumPy runs the
+    # literal sequence; equal bit for bit over steps whose gradients span 1e-3 to 1e3, on both
+    # branches of ATen's lerp (1 - beta1 below and above 0.5) and with and without decay. On
+    # CuPy the kernel itself (--fmad=false; no subnormal arises at these scales).
+    rng = np.random.default_rng(11)
+    params = make_params(rng, dtype)
+    grads_seq = grad_sequence(rng, params, 4)
+    opt = Adam(lr=5e-3, betas=betas, weight_decay=weight_decay)
+    host, host_state = run(opt, params, grads_seq)
+    device, device_state = run(
+        opt,
+        {k: asarray(w, backend=backend) for k, w in params.items()},
+        [{k: asarray(g, backend=backend) for k, g in grads.items()} for grads in grads_seq],
+    )
+    for k in host_state:
+        np.testing.assert_array_equal(to_numpy(device_state[k]), host_state[k], err_msg=k)
+        assert to_numpy(device_state[k]).dtype == host_state[k].dtype
+    for k in params:
+        np.testing.assert_array_equal(to_numpy(device[-1][k]), host[-1][k], err_msg=k)
+
+
+def test_fused_adam_is_one_launch_per_parameter_and_one_sync():
+    # Issue 38: Adam made 15 launches per parameter, an int(step) sync and a host copy of t
+    # each step, and one finiteness check (a reduction and a sync) per new array.
+    from refimpl.testing.strict import count_launches
+
+    rng = np.random.default_rng(12)
+    params = {k: asarray(w, backend="strict") for k, w in make_params(rng).items()}
+    grads = {k: asarray(g, backend="strict") for k, g in grad_sequence(rng, params, 1)[0].items()}
+    opt = Adam(weight_decay=5e-4)
+    state = opt.init(params)
+    with count_launches() as counts:
+        _, state = opt.step(params, grads, state)
+    # one fused update per parameter, plus the zeroed flag; the flag's read is the sync
+    assert (counts.launches, counts.syncs, counts.copies) == (len(params) + 1, 1, 0)
+    assert isinstance(state["step"], np.ndarray) and int(state["step"]) == 1  # on the host
+
+
+@pytest.mark.parametrize(
+    "opt, grad",
+    [(Adam(lr=1e308), 0.3), (Adam(weight_decay=1e308), 0.3), (Adam(), 1e21)],
+    ids=["lr", "weight_decay", "second_moment"],
+)
+def test_fused_adam_raises_what_the_reference_raises(opt, grad):
+    # The device path reads one flag per step and, when it is set, runs the same check as
+    # NumPy's path: the same exception and the same line, naming the same entry.
+    host = {"W": np.ones(3, np.float32), "b": np.array([1.0, -2.0], np.float32)}
+    grads = {"W": np.ones(3, np.float32), "b": np.full(2, grad, np.float32)}
+    with pytest.raises(NonFiniteUpdate) as expected:
+        opt.step(host, grads, opt.init(host))
+    device = {k: asarray(v, backend="strict") for k, v in host.items()}
+    device_grads = {k: asarray(v, backend="strict") for k, v in grads.items()}
+    with pytest.raises(NonFiniteUpdate) as got:
+        opt.step(device, device_grads, opt.init(device))
+    assert str(got.value) == str(expected.value)
+    assert (got.value.key, got.value.in_state) == (expected.value.key, expected.value.in_state)
+
+
+@pytest.mark.parametrize("dtype", ["float", "double"])
+def test_adam_kernel_compiles_to_ptx_without_float_atomics_or_contraction(dtype, tmp_path):
+    # The bitwise claim rests on --fmad=false (no fma.rn: every product rounded, as the
+    # twin's) and on the flag being an integer OR (atom.or.b32, no floating-point atomic).
+    import shutil
+    import subprocess
+
+    from refimpl.kernels.adam import ADAM_OPTIONS, cuda_sources
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not installed: the kernel's CUDA source cannot be compiled here")
+    source, ptx = tmp_path / "adam.cu", tmp_path / "adam.ptx"
+    source.write_text(cuda_sources()[f"adam_{dtype}"])
+    subprocess.run(["nvcc", "-ptx", *ADAM_OPTIONS, "-o", str(ptx), str(source)], check=True)
+    text = ptx.read_text()
+    assert "atom.global.or.b32" in text  # the flag: compiled, and an integer atomic
+    assert not [line for line in text.splitlines() if "atom" in line and ".f" in line]
+    assert "sqrt.rn" in text and "div.rn" in text  # IEEE-rounded, as NumPy's
+    assert "fma." not in text  # nothing contracted
+    # the check has teeth: without --fmad=false nvcc does contract the update
+    subprocess.run(["nvcc", "-ptx", "-o", str(ptx), str(source)], check=True)
+    assert "fma.rn" in ptx.read_text()

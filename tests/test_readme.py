@@ -248,12 +248,16 @@ def test_docs_build_turns_rest_roles_into_code() -> None:
 
 def test_docs_build_shows_a_deferred_module_docstring_before_the_sections() -> None:
     combine = _docs_extension().with_module_docstring
-    class_doc = "A layer; see the module docstring.\n\nParameters\n----------\nx : array"
+    class_doc = "A layer; see the module docstring.\n\n$$\ny = W x\n$$\n\nParameters\n----------\nx"
     out = combine(class_doc, "Eq. 1: y = W x.\n\nRow blocks\n----------\ntext")
-    summary, box, *_ = out.split("\n\n")
+    summary, equation, box, *_ = out.split("\n\n")
     assert summary == "A layer; see the module docstring."
+    # the class's own text (its equations) first, then the module's, in a box (issue 36: the
+    # box came first and pushed the class's equations down the page)
+    assert equation == "$$\ny = W x\n$$"
     assert box.startswith("!!! abstract") and "\n    Eq. 1: y = W x." in out
-    # The module's headings are indented inside the box (no numpy section can start there);
-    # the class's own sections follow, unindented, so they parse as before.
-    assert "\n    Row blocks\n    ----------" in out
-    assert out.endswith("\n\nParameters\n----------\nx : array")
+    # The module's text is indented inside the box (no numpy section can start there), its
+    # reST headings bold lines (an underlined heading rendered as garbled text in a box); the
+    # class's own sections follow, unindented, so they parse as before.
+    assert "\n    **Row blocks**\n    text" in out and "----------\n    text" not in out
+    assert out.endswith("\n\nParameters\n----------\nx")

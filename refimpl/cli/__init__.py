@@ -51,7 +51,20 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``refimpl`` console script."""
+    """Entry point of the ``refimpl`` console script.
+
+    Parameters
+    ----------
+    argv : sequence of str or None, default None
+        The arguments after ``refimpl`` (e.g. ``["train", "--model", "gat"]``); ``None`` reads
+        ``sys.argv[1:]``.
+
+    Returns
+    -------
+    int
+        The exit status: 0 done, 1 a check failed or training diverged, 2 bad input or no
+        command (one ``error:`` line on stderr), 3 an internal error, 130 interrupted (Ctrl-C).
+    """
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = _parser()
     args = parser.parse_args(argv)

@@ -84,9 +84,19 @@ def register_loader(
 ) -> None:
     """Make ``load_dataset(name, ...)`` call ``function``.
 
-    ``needs_root=True``: ``function(root, **kwargs)`` with a data directory;
-    ``False``: ``function(**kwargs)`` (synthetic data). Names are case-insensitive.
-    Registering a taken name raises ``ValueError`` unless ``overwrite=True``.
+    Parameters
+    ----------
+    name : str
+        Non-empty; case-insensitive (stored lower-case).
+    function : callable
+        Returns a :class:`NodeDataset`: ``function(root, **kwargs)`` or, without a root,
+        ``function(**kwargs)``.
+    needs_root : bool, default True
+        ``True``: called with the data directory first; ``False``: without (synthetic
+        data).
+    overwrite : bool, default False
+        Replace a loader registered under the same name; otherwise that is a
+        ``ValueError``.
     """
     key = name.lower()
     if not key or not callable(function):
@@ -97,21 +107,37 @@ def register_loader(
 
 
 def dataset_names() -> list[str]:
-    """The registered names, sorted."""
+    """The registered names, sorted.
+
+    Returns
+    -------
+    list of str
+        Lower-case names :func:`load_dataset` accepts (besides an OGB folder).
+    """
     return sorted(_REGISTRY)
 
 
 def load_dataset(name: str, root: str | Path | None = None, **kwargs: Any) -> NodeDataset:
     """Load a registered dataset by name, or a folder in OGB's node-property layout.
 
-    ``root`` is the datasets folder (``root/planetoid``, ``root/geom_gcn``) or the
-    collection's own folder; when ``None``, the ``REFIMPL_DATA`` environment
-    variable is used. Synthetic names ignore ``root``. ``kwargs`` go to the loader
-    (``normalize_features=True``, ``split=3``, ``num_nodes=500``, ``seed=1``, ...).
-    A ``name`` that is no registered name but a folder (ogbn-proteins' ``raw/`` and
-    ``split/``, recognised by ``raw/node-label.csv.gz``) is read by
-    :func:`load_ogb_node_dataset` with ``kwargs`` (``node_features="species"``, ...);
-    ``root`` does not apply to it.
+    Parameters
+    ----------
+    name : str
+        A registered name (:func:`dataset_names`; case-insensitive), or a folder in OGB's
+        node-property layout (ogbn-proteins' ``raw/`` and ``split/``, recognised by
+        ``raw/node-label.csv.gz``), read by :func:`load_ogb_node_dataset`.
+    root : str or pathlib.Path, optional
+        The datasets folder (``root/planetoid``, ``root/geom_gcn``) or the collection's own
+        folder; ``None``: the ``REFIMPL_DATA`` environment variable. Synthetic names and a
+        folder ``name`` ignore it.
+    **kwargs
+        Passed to the loader (``normalize_features=True``, ``split=3``,
+        ``num_nodes=500``, ``seed=1``, ``node_features="species"``, ...).
+
+    Returns
+    -------
+    NodeDataset
+        The loader's dataset.
     """
     key = name.lower()
     if key not in _REGISTRY and Path(name).is_dir():

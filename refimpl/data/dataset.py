@@ -39,26 +39,31 @@ RESTORE = (
 class NodeDataset:
     """One node-classification dataset, validated at construction (NumPy arrays).
 
-    Attributes
+    The arrays are held, not copied (except a ``y`` with values outside ``y_mask``): treat
+    them as read-only (the methods below return new datasets).
+
+    Parameters
     ----------
     name : str
         Printed by :meth:`summary` and the command line: printable text only (no control
         characters, escape sequences or line breaks; see :func:`check_name`).
     graph : Graph
         ``N`` nodes; ``edge_index`` (2, E) in PyG's convention (row 0 ``src``).
-    x : float array (N, F), or a SciPy CSR matrix (sparse input features, for GAT)
-        Node features (float64 from the loaders; ``astype`` for float32).
-    y : array (N,) int64 class ids in ``[0, num_classes)``, or (N, K) float 0/1
-        for multi-label data (``K == num_classes``); 0 where a label is missing (``y_mask``).
-    train_mask, val_mask, test_mask : bool array (N,)
+    x : (N, F) float array, or a SciPy CSR matrix (sparse input features, for GAT)
+        Node features, finite (float64 from the loaders; ``astype`` for float32).
+    y : (N,) int64 array, or (N, K) float array
+        Class ids in ``[0, num_classes)``, or 0/1 labels for multi-label data
+        (``K == num_classes``); 0 where a label is missing (``y_mask``).
+    train_mask, val_mask, test_mask : (N,) bool arrays
         Pairwise disjoint; a node may be in none (CiteSeer's isolated test-range
         nodes, say).
     num_classes : int
-    edge_attr : float array (E, B) or None
+        ``>= 1``: classes, or tasks of multi-label data.
+    edge_attr : (E, B) float array or None, default None
         Edge features, row ``e`` for column ``e`` of ``graph.edge_index`` (ogbn-proteins' 8
         association scores). The node models do not read them; a loader may derive node
         features from them (:func:`refimpl.data.ogb_node.load_ogb_node_dataset`).
-    y_mask : bool array (N, K) or None
+    y_mask : (N, K) bool array or None, default None
         ``True`` where node ``i``'s label for task ``k`` is observed (multi-label ``y``
         only); ``None`` when every label is. NaN cells of a multi-label ``y`` passed without
         ``y_mask`` become this mask. The loss averages over the observed entries of the
@@ -66,9 +71,6 @@ class NodeDataset:
         (:mod:`refimpl.train.loop`). Entries outside the mask may hold anything (NaN, say):
         they are stored as 0, in a copy of ``y``, as :class:`~refimpl.data.GraphDataset`
         stores its missing labels.
-
-    The arrays are held, not copied (except a ``y`` with values outside ``y_mask``): treat
-    them as read-only (the methods below return new datasets).
     """
 
     name: str
@@ -301,10 +303,24 @@ def coalesce(
 ) -> np.ndarray:
     """Deduplicated ``(2, E)`` int64 edge_index, sorted.
 
-    ``symmetric=True`` adds every reverse edge (PyG ``to_undirected``);
-    ``remove_self_loops=True`` drops ``(v, v)``. Sorted by (src, dst), or by
-    (dst, src) with ``sort_by_row=False``: PyG ``coalesce(..., sort_by_row=...)``,
-    whose Planetoid loader sorts by column.
+    Parameters
+    ----------
+    src, dst : array_like of int
+        The edges' sources and targets, equal in size, in ``[0, num_nodes)``.
+    num_nodes : int
+        ``N``, the number of nodes.
+    symmetric : bool, default True
+        Add every reverse edge (PyG ``to_undirected``).
+    remove_self_loops : bool, default True
+        Drop ``(v, v)``.
+    sort_by_row : bool, default True
+        Sort by (src, dst); ``False``: by (dst, src), as PyG's
+        ``coalesce(..., sort_by_row=False)`` in its Planetoid loader.
+
+    Returns
+    -------
+    (2, E) int64 numpy.ndarray
+        Row 0 the sources, row 1 the targets, each edge once.
     """
     src = np.asarray(src, dtype=np.int64).ravel()
     dst = np.asarray(dst, dtype=np.int64).ravel()
@@ -322,8 +338,19 @@ def coalesce(
 def row_normalize(x: Any) -> Any:
     """Rows scaled to sum to 1; zero rows stay zero (tkipf/gcn ``preprocess_features``).
 
-    ``x`` (N, F) -> (N, F), same dtype, dense or SciPy CSR: the same values where the row
-    sums are exact (binary features), else to an ulp or two (the sums add in other orders).
+    Parameters
+    ----------
+    x : (N, F) float array or SciPy CSR matrix
+        Non-negative node features.
+
+    Returns
+    -------
+    (N, F) array or CSR matrix
+        A new one of ``x``'s kind and dtype: the same values where the row sums are exact
+        (binary features), else to an ulp or two (the sums add in other orders).
+
+    Notes
+    -----
     Parity: PyG ``NormalizeFeatures``
     divides by ``sum.clamp(min=1)`` (after subtracting the global minimum, a
     no-op for these non-negative features), so it leaves rows whose sum lies in
@@ -345,7 +372,17 @@ def row_normalize(x: Any) -> Any:
 def edge_homophily(graph: Graph, y: np.ndarray) -> float:
     """Fraction of edges joining same-class endpoints (Zhu et al. 2020 edge homophily).
 
-    ``y`` (N,) class ids; self-loops and duplicate edges count like any edge.
+    Parameters
+    ----------
+    graph : Graph
+        At least one edge; self-loops and duplicate edges count like any edge.
+    y : (N,) integer array
+        Class ids of the nodes.
+
+    Returns
+    -------
+    float
+        In $[0, 1]$.
     """
     edge_index = to_numpy(graph.edge_index)
     if edge_index.shape[1] == 0:

@@ -300,7 +300,8 @@ def load_geom_gcn(
     root : path
         The ``geom_gcn`` folder (holding ``new_data/``, ``splits/``,
         ``platonov2023/``) or its parent.
-    name : one of ``GEOM_GCN_NAMES`` (``"actor"`` is an alias of ``"film"``), any case.
+    name : str
+        One of ``GEOM_GCN_NAMES`` (``"actor"`` is an alias of ``"film"``), any case.
     split : int
         Which of the 10 splits (Geom-GCN's 60/20/20 files, in fact about 48/32/20 %;
         Platonov et al.'s own 10 splits for ``*_filtered``).

@@ -3,17 +3,8 @@
 ``collate(dataset, indices)`` takes graphs ``indices`` of a
 :class:`~refimpl.data.graph_dataset.GraphDataset` (``G`` graphs; graph ``j`` of the
 batch has ``n_j`` nodes and ``e_j`` edges) and returns a :class:`GraphBatch` on
-``N = sum n_j`` nodes and ``E = sum e_j`` edges:
-
-| field          | shape      | meaning                                                     |
-| -------------- | ---------- | ----------------------------------------------------------- |
-| ``graph``      | N nodes    | a :class:`~refimpl.graph.Graph` over global indices (below) |
-| ``x``          | (N, F)     | node features, graph 0's rows first                         |
-| ``edge_attr``  | (E, B)     | edge features, in ``graph.edge_index``'s column order       |
-| ``batch``      | (N,) int64 | the graph of every node, ``0 <= batch < G``, non-decreasing |
-| ``node_ptr``   | (G+1,)     | graph ``j`` owns nodes ``node_ptr[j]:node_ptr[j+1]``        |
-| ``num_graphs`` | int        | ``G``                                                       |
-| ``y``          | (G, T)     | the graphs' targets                                         |
+``N = sum n_j`` nodes and ``E = sum e_j`` edges (its fields, with their shapes, are listed
+in its docstring).
 
 ``graph`` holds edge ``(u, v)`` of graph ``j`` as ``(u + node_ptr[j], v + node_ptr[j])``:
 block-diagonal, no edge between two graphs.
@@ -42,12 +33,31 @@ __all__ = ["GraphBatch", "collate", "iterate_batches"]
 
 @dataclass(frozen=True, eq=False)
 class GraphBatch:
-    """``G`` graphs as one block-diagonal graph (see the module docstring for the fields).
+    """``G`` graphs as one block-diagonal graph (see the module docstring for the layout).
 
     Build it with :func:`collate`, which makes the fields consistent; the
     constructor checks types, shapes and backends only (no data-dependent
     checks, which would synchronise a GPU). Arrays live on one backend
     (:meth:`to_backend` moves them all).
+
+    Parameters
+    ----------
+    graph : Graph
+        ``N`` nodes over global indices: edge ``(u, v)`` of graph ``j`` as
+        ``(u + node_ptr[j], v + node_ptr[j])``, no edge between two graphs.
+    x : (N, F) array
+        Node features, graph 0's rows first.
+    edge_attr : (E, B) array
+        Edge features, in ``graph.edge_index``'s column order.
+    batch : (N,) integer array
+        The graph of every node, ``0 <= batch < G``, non-decreasing (int64 from
+        :func:`collate`).
+    node_ptr : (G + 1,) integer array
+        Graph ``j`` owns nodes ``node_ptr[j]:node_ptr[j + 1]``.
+    num_graphs : int
+        ``G``.
+    y : (G, T) array
+        The graphs' targets.
     """
 
     graph: Graph
@@ -133,10 +143,22 @@ class GraphBatch:
 
 
 def collate(dataset: GraphDataset, indices: Any) -> GraphBatch:
-    """Graphs ``indices`` of ``dataset`` (ints, repeats allowed, or a (G,) bool mask; at least
-    one graph) as one block-diagonal :class:`GraphBatch` on the host (NumPy).
+    """Graphs ``indices`` of ``dataset`` as one block-diagonal :class:`GraphBatch`.
 
     Vectorised: the node offset of every edge is ``np.repeat(node_ptr[:-1], e_j)``.
+
+    Parameters
+    ----------
+    dataset : GraphDataset
+        The graphs to take from.
+    indices : array_like of int or bool
+        Graph indices (repeats allowed: a graph taken twice appears twice) or a ``(G,)``
+        boolean mask over the dataset; at least one graph.
+
+    Returns
+    -------
+    GraphBatch
+        On the host (NumPy), graph ``j`` of the batch being graph ``indices[j]``.
     """
     if not isinstance(dataset, GraphDataset):
         raise TypeError(f"dataset must be a GraphDataset, got {type(dataset).__name__}")
@@ -167,9 +189,23 @@ def iterate_batches(
 ) -> Iterator[GraphBatch]:
     """One epoch of batches of ``batch_size`` graphs (the last may be smaller, never empty).
 
-    ``shuffle=True``: the order is ``rng.permutation(G)``, drawn when this is
-    called (``rng`` a Generator, or an int seed); randomness is explicit, so
-    shuffling without ``rng`` is an error. ``shuffle=False``: dataset order.
+    Parameters
+    ----------
+    dataset : GraphDataset
+        The graphs.
+    batch_size : int
+        ``>= 1``: graphs per batch.
+    rng : numpy.random.Generator or int or None, default None
+        Draws the order when ``shuffle`` (a Generator, or an int seed); randomness is
+        explicit, so shuffling without ``rng`` is an error.
+    shuffle : bool, default True
+        The order is ``rng.permutation(G)``, drawn when this is called; ``False``: the
+        dataset's order.
+
+    Returns
+    -------
+    iterator of GraphBatch
+        The batches, each made by :func:`collate` as it is reached.
     """
     if not isinstance(dataset, GraphDataset):
         raise TypeError(f"dataset must be a GraphDataset, got {type(dataset).__name__}")

@@ -117,23 +117,31 @@ TASKS = ("regression", "multilabel")
 class GraphDataset:
     """Many small graphs stored flat (see the module docstring for the layout), validated.
 
-    Attributes
-    ----------
-    name : str
-        Printable text (:func:`~refimpl.data.dataset.check_name`): ``summary()`` prints it.
-    x : float array (N, F)
-    edge_index : int64 array (2, E), node indices local to each graph
-    edge_attr : float array (E, B)
-    node_ptr, edge_ptr : int64 arrays (G+1,)
-    y : float array (G, T), finite; 0 where a label is missing
-    task : ``"regression"`` or ``"multilabel"`` (then ``y`` holds only 0 and 1)
-    y_mask : bool array (G, T) or None
-        ``True`` where a label is observed; ``None`` when all are. Multi-label only; NaN
-        cells of a multi-label ``y`` passed without ``y_mask`` become this mask.
-
     ``G = 0`` (an empty split) is allowed. The arrays are held, not copied (except a ``y``
     with NaN, filled with 0 in a copy): treat them as read-only (the methods return new
     datasets or views).
+
+    Parameters
+    ----------
+    name : str
+        Printable text (:func:`~refimpl.data.dataset.check_name`): ``summary()`` prints it.
+    x : (N, F) float array
+        Node features, graph 0's rows first.
+    edge_index : (2, E) int64 array
+        Row 0 the sources, row 1 the targets, node indices local to each graph.
+    edge_attr : (E, B) float array
+        Edge features in ``edge_index``'s column order; ``B`` may be 0.
+    node_ptr, edge_ptr : (G + 1,) int64 arrays
+        Graph ``i``'s node rows ``node_ptr[i]:node_ptr[i+1]`` (each graph at least one
+        node) and its edges ``edge_ptr[i]:edge_ptr[i+1]``.
+    y : (G, T) float array
+        Targets, finite (0 where a label is missing; NaN only for a multi-label ``y``
+        passed without ``y_mask``).
+    task : str, default "regression"
+        ``"regression"`` or ``"multilabel"`` (then ``y`` holds only 0 and 1).
+    y_mask : (G, T) bool array or None, default None
+        ``True`` where a label is observed; ``None`` when all are. Multi-label only; NaN
+        cells of a multi-label ``y`` passed without ``y_mask`` become this mask.
     """
 
     name: str

@@ -44,6 +44,13 @@ def save_graph_dataset(path: str | os.PathLike, dataset: GraphDataset) -> None:
     target's folder (so ``os.replace`` is a rename on one file system) and is
     removed if the write fails; the result gets the usual permissions
     (``0o666`` less the umask).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file written, under exactly this name (no ``.npz`` appended).
+    dataset : GraphDataset
+        The graphs.
     """
     if not isinstance(dataset, GraphDataset):
         raise TypeError(f"dataset must be a GraphDataset, got {type(dataset).__name__}")
@@ -69,10 +76,27 @@ def load_graph_dataset(path: str | os.PathLike) -> GraphDataset:
     """Read a file written by :func:`save_graph_dataset` (or by hand to the same format).
 
     The optional ``y_mask`` (missing labels) is read when present; files without it (all
-    earlier ones) load as before. Raises ``FileNotFoundError`` for a missing file,
-    ``ValueError`` for a file that is not an ``.npz`` archive, has missing or extra keys,
-    object (pickled) arrays, another ``format_version``, and ``ValueError``/``TypeError``
-    (with the path in front) for any array the :class:`GraphDataset` validation rejects.
+    earlier ones) load as before.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A graph dataset file (the format in :mod:`refimpl.data.graph_dataset`).
+
+    Returns
+    -------
+    GraphDataset
+        Validated, as its constructor validates.
+
+    Raises
+    ------
+    FileNotFoundError
+        No file at ``path``.
+    ValueError
+        A file that is not an ``.npz`` archive, has missing or extra keys, object
+        (pickled) arrays or another ``format_version``.
+    ValueError or TypeError
+        An array the :class:`GraphDataset` validation rejects (the path in front).
     """
     path = Path(path)
     if not path.is_file():

@@ -68,12 +68,12 @@ def synthetic_molecules(
     min_atoms: int = 9,
     max_atoms: int = 23,
     *,
-    mean_rings: float = 2.0,  # ring closures attempted per molecule ~ Poisson(mean_rings)
-    p_double: float = 0.25,  # chance a bond with spare valence at both ends becomes double
-    p_triple: float = 0.1,  # chance such a double bond becomes triple
-    noise: float = 0.0,  # standard deviation of Gaussian noise added to the target
-    standardize: bool = False,  # rescale the target to mean 0, standard deviation 1
-    task: str = "regression",  # or "multilabel" (the labels MULTILABEL_NAMES)
+    mean_rings: float = 2.0,
+    p_double: float = 0.25,
+    p_triple: float = 0.1,
+    noise: float = 0.0,
+    standardize: bool = False,
+    task: str = "regression",
     name: str = "synthetic_molecules",
 ) -> GraphDataset:
     """Seeded synthetic molecule-like graphs: typed atoms, typed bonds, a target from
@@ -122,7 +122,38 @@ def synthetic_molecules(
     Determinism: the structures come from one stream of
     ``SeedSequence(seed)``, the noise from another, so the graphs of a seed do
     not depend on ``noise``. Molecules are drawn one at a time (small per-graph
-    loops); 1000 graphs take a fraction of a second.
+    loops).
+
+    Parameters
+    ----------
+    num_graphs : int, default 1000
+        ``>= 1``: molecules generated.
+    seed : int, default 0
+        Seeds every draw: the same seed gives the same dataset.
+    min_atoms, max_atoms : int, default 9 and 23
+        Atoms per molecule, drawn uniformly in ``[min_atoms, max_atoms]`` (``min_atoms``
+        at least 1, ``max_atoms`` at least ``min_atoms``).
+    mean_rings : float, default 2.0
+        ``>= 0``: ring closures attempted per molecule, ``Poisson(mean_rings)``.
+    p_double : float, default 0.25
+        In $[0, 1]$: the chance a bond with spare valence at both ends becomes double.
+    p_triple : float, default 0.1
+        In $[0, 1]$: the chance such a new double bond becomes triple.
+    noise : float, default 0.0
+        ``>= 0``: standard deviation of the Gaussian noise added to a regression target.
+    standardize : bool, default False
+        Rescale the regression targets to mean 0 and standard deviation 1 over the set.
+    task : str, default "regression"
+        ``"regression"`` (one target) or ``"multilabel"`` (the six labels
+        ``MULTILABEL_NAMES``; ``noise`` and ``standardize`` off).
+    name : str, default "synthetic_molecules"
+        The dataset's name, printable text.
+
+    Returns
+    -------
+    GraphDataset
+        ``num_graphs`` molecules: ``x`` (N, 6) one-hot atom types, ``edge_attr`` (E, 3)
+        one-hot bond types, ``y`` (G, 1) or (G, 6).
     """
     for key, value, low in (("num_graphs", num_graphs, 1), ("min_atoms", min_atoms, 1)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:

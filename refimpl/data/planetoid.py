@@ -257,7 +257,8 @@ def load_planetoid(
     ----------
     root : path
         The folder holding ``ind.{name}.*``, or its parent with ``planetoid/``.
-    name : ``"cora"``, ``"citeseer"`` or ``"pubmed"`` (any case).
+    name : str
+        ``"cora"``, ``"citeseer"`` or ``"pubmed"`` (any case).
     normalize_features : bool
         Rows of ``x`` scaled to sum to 1 (``row_normalize``), the usual GAT/GCN setup.
     sparse_features : bool

@@ -72,17 +72,20 @@ def laplacian_pe(graph: Graph, k: int, node_ptr: Any = None) -> np.ndarray:
 
     Parameters
     ----------
-    graph : Graph on N nodes (on any backend; computed on the host)
-    k : int >= 1, the number of eigenvectors per node
-    node_ptr : int array (G+1,), optional
+    graph : Graph
+        ``N`` nodes, on any backend (computed on the host).
+    k : int
+        ``>= 1``: the number of eigenvectors per node.
+    node_ptr : (G + 1,) int array, optional
         Block boundaries (``GraphBatch.node_ptr``, ``GraphDataset.node_ptr`` with
         the collated graph): ``node_ptr[0] = 0``, ``node_ptr[G] = N``, non-decreasing.
         No edge may join two blocks. ``None``: one block.
 
     Returns
     -------
-    NumPy float64 array (N, k): row ``v`` holds node ``v``'s entries of its
-    block's eigenvectors ``2 .. k+1``; zero columns where the block is too small.
+    (N, k) float64 numpy.ndarray
+        Row ``v`` holds node ``v``'s entries of its block's eigenvectors ``2 .. k+1``; zero
+        columns where the block is too small.
     """
     if not isinstance(graph, Graph):
         raise TypeError(f"graph must be a refimpl.Graph, got {type(graph).__name__}")
@@ -185,7 +188,7 @@ def _sparse_eigenvectors(
 
 
 def random_sign_flip(pe: Any, rng: np.random.Generator) -> tuple[Any, Any]:
-    """``(pe * s, s)`` with one random sign ``s_j in {-1, +1}`` per column (k,).
+    r"""``(pe * s, s)`` with one random sign ``s_j in {-1, +1}`` per column (k,).
 
     The usual training-time augmentation for Laplacian encodings (Dwivedi &
     Bresson: the eigenvectors' signs are arbitrary, so the model should not
@@ -193,6 +196,20 @@ def random_sign_flip(pe: Any, rng: np.random.Generator) -> tuple[Any, Any]:
     ``-1`` with probability 1/2, drawn from ``rng`` (``k`` draws of
     ``rng.integers(0, 2)``). ``s`` is returned, in ``pe``'s dtype and on its
     backend, so that a step can be replayed. ``pe`` is not modified.
+
+    Parameters
+    ----------
+    pe : (N, k) float array, NumPy or CuPy
+        Positional encodings, one column per eigenvector.
+    rng : numpy.random.Generator
+        Draws the ``k`` signs.
+
+    Returns
+    -------
+    flipped : (N, k) array
+        ``pe * s``, a new array.
+    s : (k,) array
+        The signs, $\pm 1$.
     """
     if not is_array(pe) or pe.ndim != 2 or pe.dtype.kind != "f":
         shape = f"{pe.dtype}{tuple(pe.shape)}" if is_array(pe) else type(pe).__name__

@@ -39,18 +39,30 @@ def random_split(
 
     Parameters
     ----------
-    y : (N,) int class ids (``train_per_class``), or any array with N rows (``fractions``).
+    y : array
+        ``(N,)`` integer class ids (``train_per_class``), or any array with N rows
+        (``fractions``).
     rng : numpy.random.Generator
         The only source of randomness: the same seed gives the same split.
-    train_per_class : int
+    train_per_class : int, optional
         ``train_per_class`` training nodes from every class present in ``y``;
         then ``num_val`` validation and ``num_test`` test nodes drawn from the
         remaining ones (a uniformly random permutation). The default when
         neither ``train_per_class`` nor ``fractions`` is given: 20, the
         Planetoid setting.
-    fractions : (train, val, test) floats, each >= 0, sum <= 1
-        Shares of all N nodes from one random permutation (sizes rounded down;
-        not stratified). ``num_val``/``num_test`` are then ignored.
+    fractions : (train, val, test) floats, optional
+        Shares of all N nodes, each >= 0, summing to at most 1, from one random
+        permutation (sizes rounded down; not stratified). ``num_val``/``num_test`` are
+        then ignored.
+    num_val : int, default 500
+        ``>= 0``: validation nodes (with ``train_per_class``), the Planetoid setting.
+    num_test : int, default 1000
+        ``>= 0``: test nodes (with ``train_per_class``), the Planetoid setting.
+
+    Returns
+    -------
+    train, val, test : (N,) bool numpy.ndarray
+        Pairwise disjoint masks.
 
     Raises
     ------
@@ -112,8 +124,21 @@ def drop_features(dataset: NodeDataset, p: float, rng: np.random.Generator) -> N
     unlabelled nodes ``V_u`` (here every node outside ``train_mask``) the rows
     ``X_j, j in M`` are removed, with ``p = |M| / |V_u|``. ``|M| = round(p |V_u|)``
     nodes are drawn without replacement; ``p = 1`` is the paper's 100 % setting.
-    Training rows are never touched. Returns a new dataset (``x`` copied; same
-    name, graph, labels and masks).
+    Training rows are never touched.
+
+    Parameters
+    ----------
+    dataset : NodeDataset
+        The dataset; its ``x`` is copied, never changed.
+    p : float
+        In $[0, 1]$: the fraction of non-training nodes whose features are zeroed.
+    rng : numpy.random.Generator
+        Draws the nodes.
+
+    Returns
+    -------
+    NodeDataset
+        A new dataset (``x`` copied; same name, graph, labels and masks).
     """
     p = float(p)
     if not 0.0 <= p <= 1.0:

@@ -26,11 +26,17 @@ def karate_club(*, features: str = "identity", seed: int = 0) -> NodeDataset:
 
     Parameters
     ----------
-    features : ``"identity"`` (x = I, (34, 34), Kipf & Welling's featureless
-        setting) or ``"degree"`` (one-hot degree, (34, max_degree + 1)).
-    seed : int
+    features : str, default "identity"
+        ``"identity"`` (x = I, (34, 34), Kipf & Welling's featureless setting) or
+        ``"degree"`` (one-hot degree, (34, max_degree + 1)).
+    seed : int, default 0
         Seeds the split: 4 training nodes per class, 10 validation, 16 test
         (all 34 nodes), drawn by ``random_split``.
+
+    Returns
+    -------
+    NodeDataset
+        Named ``"karate"``, float64 features, the split above.
     """
     import networkx as nx
 
@@ -79,13 +85,20 @@ def contextual_sbm(
 
     Parameters
     ----------
-    num_nodes : int, ``N >= 2 * num_classes`` (every class needs two nodes).
-    num_classes : int, ``>= 2``.
-    rng : numpy.random.Generator, the only source of randomness.
-    homophily : float in [0, 1], the expected fraction of intra-class edges.
-    average_degree : float > 0, the expected mean degree ``2M / N``.
-    feature_dim : int ``F >= 1``.
-    feature_signal : float >= 0, ``||mu_c||`` (0: features carry no label information).
+    num_nodes : int
+        ``N >= 2 * num_classes`` (every class needs two nodes).
+    num_classes : int
+        ``>= 2``.
+    rng : numpy.random.Generator
+        The only source of randomness.
+    homophily : float, default 0.8
+        In [0, 1]: the expected fraction of intra-class edges.
+    average_degree : float, default 5.0
+        ``> 0``: the expected mean degree ``2M / N``.
+    feature_dim : int, default 16
+        ``F >= 1``.
+    feature_signal : float, default 1.0
+        ``>= 0``: ``||mu_c||`` (0: features carry no label information).
 
     Returns
     -------
@@ -140,16 +153,19 @@ def knn_graph(features: Any, k: int) -> Graph:
 
     Parameters
     ----------
-    features : float array (N, F)
-    k : int, ``1 <= k <= N - 1``.
+    features : (N, F) float array
+        Finite points, one per node.
+    k : int
+        ``1 <= k <= N - 1``: neighbours per node.
 
     Returns
     -------
-    Graph with ``N * k`` edges, sorted by target; every node has in-degree exactly
-    ``k`` and no self-loop (``N(v)`` = its k nearest other points; PyG
-    ``knn_graph(flow="source_to_target", loop=False)``). Ties between equally
-    distant points are broken by ``scipy.spatial.cKDTree``; a duplicate point is a
-    neighbour at distance 0, the node itself never.
+    Graph
+        ``N * k`` edges, sorted by target; every node has in-degree exactly ``k`` and no
+        self-loop (``N(v)`` = its k nearest other points; PyG
+        ``knn_graph(flow="source_to_target", loop=False)``). Ties between equally distant
+        points are broken by ``scipy.spatial.cKDTree``; a duplicate point is a neighbour
+        at distance 0, the node itself never.
     """
     from scipy.spatial import cKDTree
 

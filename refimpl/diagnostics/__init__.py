@@ -10,7 +10,9 @@
   max/median activation ratio and the gamma-fit Kolmogorov-Smirnov test of the
   massive-activations supplement (Sec. 3). ``max_median_ratio``,
   ``activation_ratios``, ``log_ratios``, ``gamma_ks_test``,
-  ``ratio_distribution_test``, ``max_ratio_per_graph``.
+  ``ratio_distribution_test``.
+- :mod:`refimpl.diagnostics.massive_activations_per_graph`: the largest ratio of each graph
+  of a batch. ``max_ratio_per_graph``.
 - :mod:`refimpl.diagnostics.massive_activations_report`: those statistics per
   layer, base against trained. ``summarize_activations``,
   ``compare_base_trained``, ``format_comparison``, ``plot_ratio_distributions``.
@@ -34,15 +36,14 @@ from refimpl.diagnostics.massive_activations import (
     DEFAULT_MAX_SAMPLES,
     DEFAULT_THRESHOLD,
     MEDIANS,
-    GraphRatios,
     LogRatios,
     activation_ratios,
     gamma_ks_test,
     log_ratios,
     max_median_ratio,
-    max_ratio_per_graph,
     ratio_distribution_test,
 )
+from refimpl.diagnostics.massive_activations_per_graph import GraphRatios, max_ratio_per_graph
 from refimpl.diagnostics.massive_activations_report import (
     ActivationSummary,
     LayerComparison,

@@ -42,7 +42,19 @@ __all__ = [
 
 
 class ConservationResidual(NamedTuple):
-    """Thm 2.2's three inner products per hidden neuron of one layer, all ``(n_l,)``."""
+    r"""Thm 2.2's three inner products per hidden neuron of one layer, all ``(n_l,)``.
+
+    Attributes
+    ----------
+    incoming : numpy.ndarray
+        $\langle in_i, \nabla in_i \rangle$, the incoming feature weights of neuron $i$
+        against their gradient, shape $(n_l,)$.
+    attention : numpy.ndarray
+        $\langle a_i, \nabla a_i \rangle$, its attention parameters, shape $(n_l,)$.
+    outgoing : numpy.ndarray
+        $\langle out_i, \nabla out_i \rangle$, its outgoing feature weights (the next
+        layer's), shape $(n_l,)$.
+    """
 
     incoming: np.ndarray  # <in_i, grad in_i>
     attention: np.ndarray  # <a_i, grad a_i>
@@ -70,7 +82,21 @@ class ConservationResidual(NamedTuple):
 def conservation_residuals(
     params: dict[str, Any], grads: dict[str, Any]
 ) -> list[ConservationResidual]:
-    """GAT-balance Thm 2.2 (Eq. 3), Thm 6.3 and 6.4 for every hidden layer, layer 0 first."""
+    """GAT-balance Thm 2.2 (Eq. 3), Thm 6.3 and 6.4 for every hidden layer, layer 0 first.
+
+    Parameters
+    ----------
+    params : dict of str to array
+        The model's parameters, keyed as ``GAT.param_shapes`` (NumPy or CuPy arrays).
+    grads : dict of str to array
+        The gradient of the loss for each of ``params``, same keys and shapes.
+
+    Returns
+    -------
+    list of ConservationResidual
+        One per hidden layer ($L - 1$ of them), each holding three ``(n_l,)`` host arrays;
+        :attr:`ConservationResidual.delta` is zero where the law holds.
+    """
     layers = layer_structure(params)
     products = {name: value * grads[name] for name, value in params.items()}
     return [
@@ -80,7 +106,19 @@ def conservation_residuals(
 
 
 def balancedness(params: dict[str, Any]) -> list[np.ndarray]:
-    """Cor 2.3 (Eq. 5): ``c = ||in||^2 - ||a||^2 - ||out||^2`` per hidden neuron, per layer."""
+    r"""Cor 2.3 (Eq. 5): $c = \|in\|^2 - \|a\|^2 - \|out\|^2$ per hidden neuron, per layer.
+
+    Parameters
+    ----------
+    params : dict of str to array
+        The model's parameters, keyed as ``GAT.param_shapes`` (NumPy or CuPy arrays).
+
+    Returns
+    -------
+    list of numpy.ndarray
+        $c$ for each hidden layer, layer 0 first, each of shape $(n_l,)$; all zero after
+        :func:`refimpl.init.balance`.
+    """
     layers = layer_structure(params)
     squares = {name: value * value for name, value in params.items()}
     sums = (neuron_sums(squares, layers, i) for i in range(len(layers) - 1))
@@ -88,7 +126,20 @@ def balancedness(params: dict[str, Any]) -> list[np.ndarray]:
 
 
 def balancedness_summary(params: dict[str, Any]) -> dict[str, dict[str, float]]:
-    """Per hidden layer: the layer sum of ``c`` (Cor 2.4) and its spread over neurons."""
+    """Per hidden layer: the layer sum of $c$ (Cor 2.4) and its spread over neurons.
+
+    Parameters
+    ----------
+    params : dict of str to array
+        The model's parameters, keyed as ``GAT.param_shapes`` (NumPy or CuPy arrays).
+
+    Returns
+    -------
+    dict of str to dict
+        ``{"layer0": {"sum", "min", "max", "mean_abs"}, ...}``: per hidden layer, the sum of
+        :func:`balancedness` over its neurons (constant under gradient flow, Cor 2.4), its
+        smallest and largest value and its mean magnitude, as floats.
+    """
     return {
         f"layer{i}": {
             "sum": float(c.sum()),
@@ -127,10 +178,24 @@ def _squared_norms(params: dict[str, Any], grads: dict[str, Any]) -> dict[str, d
 
 
 def grad_norms(params: dict[str, Any], grads: dict[str, Any]) -> dict[str, dict]:
-    """Per layer, ``||grad||_F`` of the feature weights and of the attention vectors.
+    r"""Per layer, $\|\nabla W\|_F$ of the feature weights and of the attention vectors.
 
     The quantity of LipschitzNorm Fig. 2 (attention, per layer and epoch). Same
-    grouping and return layout as :func:`relative_grad_norms`.
+    grouping as :func:`relative_grad_norms`.
+
+    Parameters
+    ----------
+    params : dict of str to array
+        The model's parameters; names decide the kind (``W*``, ``res_W*``: feature; ``att*``:
+        attention; anything else, biases, left out).
+    grads : dict of str to array
+        The gradient of the loss for each of ``params``, same keys and shapes.
+
+    Returns
+    -------
+    dict of str to dict
+        ``{layer: {"feature": norm, "attention": norm}}`` as floats; a layer lacking a kind
+        lacks its key.
     """
     return {
         layer: {kind: math.sqrt(g) for kind, (g, _) in kinds.items()}
@@ -139,12 +204,25 @@ def grad_norms(params: dict[str, Any], grads: dict[str, Any]) -> dict[str, dict]
 
 
 def relative_grad_norms(params: dict[str, Any], grads: dict[str, Any]) -> dict[str, dict]:
-    """Per layer, ``||grad||_F / ||param||_F`` for feature weights and attention vectors.
+    r"""Per layer, $\|\nabla W\|_F / \|W\|_F$ for feature weights and attention vectors.
 
-    Feature parameters are the ``W*`` and ``res_W`` matrices, attention the
-    ``att*`` vectors (biases are left out). Returns ``{layer: {"feature": r,
-    "attention": r}}`` with ``None`` where the parameters are all zero (a
-    relative norm is undefined there: zero-initialised attention, say).
+    GAT-balance Fig. 3b, 4b, 5 and 12. Feature parameters are the ``W*`` and ``res_W``
+    matrices, attention the ``att*`` vectors (biases are left out).
+
+    Parameters
+    ----------
+    params : dict of str to array
+        The model's parameters, keyed as ``GAT.param_shapes`` or a layer's ``param_shapes``
+        (a name without a ``layer.`` prefix counts as layer ``"model"``).
+    grads : dict of str to array
+        The gradient of the loss for each of ``params``, same keys and shapes.
+
+    Returns
+    -------
+    dict of str to dict
+        ``{layer: {"feature": r, "attention": r}}`` as floats, with ``None`` where the
+        parameters are all zero (a relative norm is undefined there: zero-initialised
+        attention, say).
     """
     return {
         layer: {
@@ -157,13 +235,29 @@ def relative_grad_norms(params: dict[str, Any], grads: dict[str, Any]) -> dict[s
 def parameter_changes(
     initial: dict[str, Any], final: dict[str, Any], min_magnitude: float = 1e-4
 ) -> dict[str, dict[str, np.ndarray]]:
-    """Per layer and kind, the change of each parameter (GAT-balance Sec. 2 and App. 7).
+    r"""Per layer and kind, the change of each parameter (GAT-balance Sec. 2 and App. 7).
 
-    Feature weights: the relative change ``|w* - w0| / |w*|`` of those with
-    ``|w*| >= min_magnitude`` (the paper's "significant" parameters). Attention:
+    Feature weights: the relative change $|w^* - w_0| / |w^*|$ of those with
+    $|w^*| \ge$ ``min_magnitude`` (the paper's "significant" parameters). Attention:
     the same, except for a layer whose attention started at zero (every
-    balanced scheme), where the absolute change ``|a* - a0|`` is used, as the
-    paper does. Returns ``{layer: {"feature": values, "attention": values}}``.
+    balanced scheme), where the absolute change $|a^* - a_0|$ is used, as the
+    paper does.
+
+    Parameters
+    ----------
+    initial : dict of str to array
+        The parameters before training ($w_0$), keyed as ``GAT.param_shapes``.
+    final : dict of str to array
+        The parameters after training ($w^*$), same keys and shapes.
+    min_magnitude : float, default 1e-4
+        A parameter whose final magnitude is below it is left out of the relative change
+        (it would divide by almost zero). Not applied to the absolute change.
+
+    Returns
+    -------
+    dict of str to dict
+        ``{layer: {"feature": values, "attention": values}}``, each a 1-D NumPy array of
+        one change per kept parameter.
     """
     grouped: dict[str, dict[str, list[np.ndarray]]] = {}
     for name, start in initial.items():
@@ -189,9 +283,29 @@ def parameter_changes(
 def fraction_changed(
     initial: dict[str, Any], final: dict[str, Any], threshold: float, min_magnitude: float = 1e-4
 ) -> dict[str, dict[str, float | None]]:
-    """Per layer and kind, the fraction of :func:`parameter_changes` above ``threshold``
-    (Fig. 3a: 0.05, Fig. 4a: 0.5; ``threshold=0`` with ``>`` counts any change, Fig. 8's
-    complement). ``None`` where no parameter qualifies."""
+    """Per layer and kind, the fraction of :func:`parameter_changes` above ``threshold``.
+
+    GAT-balance Fig. 3a (threshold 0.05), Fig. 4a (0.5) and Fig. 8 (0: any change, the
+    complement of the figure's share of unchanged parameters).
+
+    Parameters
+    ----------
+    initial : dict of str to array
+        The parameters before training, keyed as ``GAT.param_shapes``.
+    final : dict of str to array
+        The parameters after training, same keys and shapes.
+    threshold : float
+        A change strictly above it counts (``>``), so ``0`` counts any change.
+    min_magnitude : float, default 1e-4
+        Passed to :func:`parameter_changes`: smaller final parameters are left out of the
+        relative change.
+
+    Returns
+    -------
+    dict of str to dict
+        ``{layer: {"feature": f, "attention": f}}``, each a float in $[0, 1]$, or ``None``
+        where no parameter qualifies.
+    """
     return {
         layer: {
             kind: (float(np.mean(values > threshold)) if values.size else None)

@@ -96,20 +96,18 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from refimpl.backend import to_numpy
-from refimpl.validation import check_array, check_input
+from refimpl.validation import check_input
 
 __all__ = [
     "DEFAULT_EPS",
     "DEFAULT_MAX_SAMPLES",
     "DEFAULT_THRESHOLD",
     "MEDIANS",
-    "GraphRatios",
     "LogRatios",
     "activation_ratios",
     "gamma_ks_test",
     "log_ratios",
     "max_median_ratio",
-    "max_ratio_per_graph",
     "ratio_distribution_test",
 ]
 
@@ -206,11 +204,23 @@ def max_median_ratio(x: Any, median: str = "midpoint") -> np.ndarray:
 
 
 def activation_ratios(x: Any, median: str = "midpoint") -> np.ndarray:
-    """Every ratio ``r_ij = |x_ij| / median_j |x_ij|`` (MA-supp Sec. 3.2 step 1): (R, C), host.
+    r"""Every ratio $r_{ij} = |x_{ij}| / m_i$, $m_i$ its row's median (MA-supp Sec. 3.2, step 1).
 
-    Zero-median rows follow :func:`max_median_ratio`'s convention (``+inf``,
-    and 1 for a zero entry). Materialises all ``R * C`` ratios on the host; the
-    test itself (:func:`log_ratios`) only gathers its sample.
+    Materialises all $R C$ ratios on the host; the test itself (:func:`log_ratios`) only
+    gathers its sample.
+
+    Parameters
+    ----------
+    x : (R, C) finite float array, NumPy or CuPy
+        One row per node, edge or (edge, head); ``C`` channels.
+    median : ``"midpoint"`` or ``"lower"``, default ``"midpoint"``
+        NumPy's median or torch.median's, as in :func:`max_median_ratio`.
+
+    Returns
+    -------
+    (R, C) float64 host array
+        $r_{ij} \ge 0$; in a zero-median row ``+inf`` for a non-zero entry and 1 for a zero
+        one (the convention of :func:`max_median_ratio`).
     """
     xp, magnitudes = _sorted_magnitudes(x, median, "x")
     medians = _medians(magnitudes, median, xp)  # (R,)
@@ -218,10 +228,18 @@ def activation_ratios(x: Any, median: str = "midpoint") -> np.ndarray:
 
 
 class LogRatios(NamedTuple):
-    """The sample of ``t = -log10(r + eps)`` that the gamma is fitted to."""
+    r"""The sample of $t = -\log_{10}(r + \epsilon)$ that the gamma is fitted to.
 
-    values: np.ndarray  # (n,) float64, finite, in row-major element order
-    num_nonfinite: int  # sampled elements dropped because their t was +-inf
+    Attributes
+    ----------
+    values : numpy.ndarray
+        ``(n,)`` float64, the finite $t$ of the sampled elements in row-major element order.
+    num_nonfinite : int
+        Sampled elements dropped because their $t$ was $\pm\infty$.
+    """
+
+    values: np.ndarray
+    num_nonfinite: int
 
 
 def log_ratios(
@@ -231,12 +249,30 @@ def log_ratios(
     max_samples: int | None = DEFAULT_MAX_SAMPLES,
     seed: int | None = 0,
 ) -> LogRatios:
-    """MA-supp Sec. 3.2 steps 1-2: ``t_ij = -log10(|x_ij| / m_i + eps)`` at sampled positions.
+    r"""MA-supp Sec. 3.2 steps 1-2: $t_{ij} = -\log_{10}(|x_{ij}| / m_i + \epsilon)$, sampled.
 
-    At most ``max_samples`` of the ``R * C`` positions are drawn uniformly
-    without replacement with ``numpy.random.default_rng(seed)`` (all when
-    ``None`` or when there are no more); medians ``m_i`` are of the full rows.
-    Non-finite ``t`` are dropped and counted (see the module docstring).
+    Medians $m_i$ are of the full rows. Non-finite $t$ are dropped and counted (see the
+    module docstring).
+
+    Parameters
+    ----------
+    x : (R, C) finite float array, NumPy or CuPy
+        One row per node, edge or (edge, head); ``C`` channels.
+    median : ``"midpoint"`` or ``"lower"``, default ``"midpoint"``
+        NumPy's median or torch.median's, as in :func:`max_median_ratio`.
+    eps : float, default ``DEFAULT_EPS`` (1e-12)
+        Finite, ``>= 0``; added to the ratio inside the log (a zero entry gives $t = 12$).
+    max_samples : int or None, default ``DEFAULT_MAX_SAMPLES`` (100 000)
+        At most this many of the $R C$ positions, drawn uniformly without replacement;
+        ``None``, or a number not below $R C$, takes them all.
+    seed : int or None, default 0
+        Seed of ``numpy.random.default_rng`` for the positions, which depend only on
+        ``(R, C)`` and the seed (``None``: fresh entropy).
+
+    Returns
+    -------
+    LogRatios
+        The finite sample and the count of dropped infinite values.
     """
     xp, magnitudes = _sorted_magnitudes(x, median, "x")
     _check_sampling(eps, max_samples)
@@ -279,7 +315,8 @@ def gamma_ks_test(t: Any, params: tuple[float, float, float] | None = None) -> d
 
     Parameters
     ----------
-    t : (n,) finite float array (any backend; moved to the host)
+    t : (n,) finite float array
+        The sample (any backend; moved to the host), e.g. :func:`log_ratios`' values.
     params : ``(shape, loc, scale)`` or None
         None: fitted by maximum likelihood with all three free
         (``scipy.stats.gamma.fit``; the p-value is then conservative, see the
@@ -332,11 +369,29 @@ def ratio_distribution_test(
     max_samples: int | None = DEFAULT_MAX_SAMPLES,
     seed: int | None = 0,
 ) -> dict[str, Any]:
-    """MA-supp Sec. 3.2, steps 1-4: ratios, ``-log10``, gamma MLE, KS of the sample.
+    r"""MA-supp Sec. 3.2, steps 1-4: ratios, $-\log_{10}$, gamma MLE, KS of the sample.
 
-    :func:`log_ratios` then :func:`gamma_ks_test`. Returns the latter's dict
-    plus ``num_nonfinite`` (sampled elements whose ``t`` was infinite and was
-    dropped). ``D_n`` grows with MAs; see the module docstring on p-values.
+    :func:`log_ratios` then :func:`gamma_ks_test`. $D_n$ grows with MAs; see the module
+    docstring on p-values.
+
+    Parameters
+    ----------
+    x : (R, C) finite float array, NumPy or CuPy
+        One row per node, edge or (edge, head); at least 4 finite $t$ must remain.
+    median : ``"midpoint"`` or ``"lower"``, default ``"midpoint"``
+        As in :func:`max_median_ratio`.
+    eps : float, default ``DEFAULT_EPS`` (1e-12)
+        Inside the log, as in :func:`log_ratios`.
+    max_samples : int or None, default ``DEFAULT_MAX_SAMPLES`` (100 000)
+        Elements sampled, as in :func:`log_ratios` (``None``: all).
+    seed : int or None, default 0
+        Seed of the sampled positions, as in :func:`log_ratios`.
+
+    Returns
+    -------
+    dict
+        :func:`gamma_ks_test`'s dict plus ``num_nonfinite`` (sampled elements whose $t$ was
+        infinite and was dropped).
     """
     sample = log_ratios(x, median, eps, max_samples, seed)
     if sample.values.size < _MIN_FIT_SAMPLES:
@@ -346,45 +401,3 @@ def ratio_distribution_test(
             "needed to fit a gamma"
         )
     return {**gamma_ks_test(sample.values), "num_nonfinite": sample.num_nonfinite}
-
-
-# -- per graph ---------------------------------------------------------------------------------
-
-
-class GraphRatios(NamedTuple):
-    """The largest row ratio of each graph of a batch."""
-
-    max_ratio: np.ndarray  # (num_graphs,) float64; NaN for a graph with no rows
-    flagged: np.ndarray  # (num_graphs,) bool: max_ratio > threshold
-
-
-def max_ratio_per_graph(
-    x: Any,
-    batch: Any,
-    num_graphs: int,
-    median: str = "midpoint",
-    threshold: float = DEFAULT_THRESHOLD,
-) -> GraphRatios:
-    """Per graph ``g``, ``max_{i : batch_i = g} rho_i`` and whether it exceeds ``threshold``.
-
-    ``x`` is ``(R, C)`` (a batch's nodes or edges), ``batch`` ``(R,)`` integer
-    graph ids in ``[0, num_graphs)``, as PyG's ``batch`` vector (any backend).
-    Strictly greater: a ratio equal to the threshold is not flagged.
-    """
-    ratios = max_median_ratio(x, median)  # (R,) host
-    threshold = _check_threshold(threshold)
-    if isinstance(num_graphs, bool) or not isinstance(num_graphs, int) or num_graphs < 1:
-        raise ValueError(f"num_graphs must be a positive int, got {num_graphs!r}")
-    check_array(batch, "batch", shape=(ratios.size,), floating=False)
-    graph_of = to_numpy(batch)
-    if graph_of.dtype.kind not in "iu":
-        raise TypeError(f"batch must hold integer graph ids, got dtype {graph_of.dtype}")
-    if graph_of.min() < 0 or graph_of.max() >= num_graphs:
-        raise ValueError(
-            f"batch ids must lie in [0, {num_graphs}), got [{graph_of.min()}, {graph_of.max()}]; "
-            "pass num_graphs = the number of graphs in the batch"
-        )
-    maxima = np.full(num_graphs, -np.inf)
-    np.maximum.at(maxima, graph_of, ratios)
-    maxima[maxima == -np.inf] = np.nan  # ratios are >= 1, so -inf marks a graph with no rows
-    return GraphRatios(maxima, maxima > threshold)  # NaN > t is False

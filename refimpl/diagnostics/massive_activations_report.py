@@ -56,7 +56,27 @@ __all__ = [
 
 
 class ActivationSummary(NamedTuple):
-    """One array's MA statistics: :func:`ratio_distribution_test` and the largest ``rho``."""
+    r"""One array's MA statistics: :func:`ratio_distribution_test` and the largest $\rho$.
+
+    Attributes
+    ----------
+    ks_statistic : float
+        $D_n$, the KS statistic of the sample against the fitted gamma (MA-supp Eq. 15).
+    p_value : float
+        The KS test's p-value (conservative for a fitted gamma: compare $D_n$ instead).
+    gamma_shape, gamma_loc, gamma_scale : float
+        The gamma fitted by maximum likelihood: shape $k$, location, scale $\theta$.
+    mean_loglik : float
+        Mean log-density of the sample under the fitted gamma.
+    num_samples : int
+        Finite $t$ the gamma was fitted to.
+    num_nonfinite : int
+        Sampled elements dropped because their $t$ was infinite.
+    max_ratio : float
+        The largest max/median ratio $\rho_i$ over the rows (:func:`max_median_ratio`).
+    flagged : bool
+        ``max_ratio > threshold``: the array holds a massive activation.
+    """
 
     ks_statistic: float
     p_value: float
@@ -66,8 +86,8 @@ class ActivationSummary(NamedTuple):
     mean_loglik: float
     num_samples: int
     num_nonfinite: int
-    max_ratio: float  # max over rows of max_median_ratio
-    flagged: bool  # max_ratio > threshold
+    max_ratio: float
+    flagged: bool
 
 
 def summarize_activations(
@@ -78,7 +98,28 @@ def summarize_activations(
     max_samples: int | None = DEFAULT_MAX_SAMPLES,
     seed: int | None = 0,
 ) -> ActivationSummary:
-    """:func:`ratio_distribution_test` and the largest max/median ratio of one ``(R, C)`` array."""
+    """:func:`ratio_distribution_test` and the largest max/median ratio of one ``(R, C)`` array.
+
+    Parameters
+    ----------
+    x : (R, C) finite float array, NumPy or CuPy
+        One row per node, edge or (edge, head); ``C`` channels.
+    threshold : float, default ``DEFAULT_THRESHOLD`` (1000)
+        Positive; a max/median ratio above it is a massive activation (flagged).
+    median : ``"midpoint"`` or ``"lower"``, default ``"midpoint"``
+        NumPy's median or torch.median's, as in :func:`max_median_ratio`.
+    eps : float, default ``DEFAULT_EPS`` (1e-12)
+        Finite, ``>= 0``: inside the log, as in :func:`log_ratios`.
+    max_samples : int or None, default ``DEFAULT_MAX_SAMPLES`` (100 000)
+        Elements sampled per array for the fit, as in :func:`log_ratios` (``None``: all).
+    seed : int or None, default 0
+        Seed of the sampled positions, as in :func:`log_ratios`.
+
+    Returns
+    -------
+    ActivationSummary
+        The KS test of the sample, the largest ratio and its flag.
+    """
     threshold = _check_threshold(threshold)
     largest = float(max_median_ratio(x, median).max())
     test = ratio_distribution_test(x, median, eps, max_samples, seed)
@@ -86,7 +127,17 @@ def summarize_activations(
 
 
 class LayerComparison(NamedTuple):
-    """Base and trained statistics of one layer (MA-supp Sec. 3: base against trained)."""
+    """Base and trained statistics of one layer (MA-supp Sec. 3: base against trained).
+
+    Attributes
+    ----------
+    layer : str
+        The layer's name, a key of the activations compared.
+    base : ActivationSummary
+        The untrained model's statistics.
+    trained : ActivationSummary
+        The trained model's statistics.
+    """
 
     layer: str
     base: ActivationSummary
@@ -127,9 +178,30 @@ def compare_base_trained(
 ) -> list[LayerComparison]:
     """Per layer (``base``'s order), :func:`summarize_activations` of base and trained.
 
-    ``base`` and ``trained`` map layer names to ``(R, C)`` activations (the
-    same inputs through the untrained and the trained model); same-shaped
-    arrays are sampled at the same positions.
+    Same-shaped arrays are sampled at the same positions, so the two $D_n$ compare like
+    with like.
+
+    Parameters
+    ----------
+    base : mapping of str to (R, C) float array
+        Non-empty: layer name to that layer's activations in the untrained model.
+    trained : mapping of str to (R, C) float array
+        The same layers' activations for the same inputs through the trained model.
+    threshold : float, default ``DEFAULT_THRESHOLD`` (1000)
+        Positive; a max/median ratio above it is a massive activation (flagged).
+    median : ``"midpoint"`` or ``"lower"``, default ``"midpoint"``
+        NumPy's median or torch.median's, as in :func:`max_median_ratio`.
+    eps : float, default ``DEFAULT_EPS`` (1e-12)
+        Finite, ``>= 0``: inside the log, as in :func:`log_ratios`.
+    max_samples : int or None, default ``DEFAULT_MAX_SAMPLES`` (100 000)
+        Elements sampled per array for the fit, as in :func:`log_ratios` (``None``: all).
+    seed : int or None, default 0
+        Seed of the sampled positions, as in :func:`log_ratios`.
+
+    Returns
+    -------
+    list of LayerComparison
+        One per layer, in ``base``'s order.
     """
     layers = _check_layers(base, trained)
     options = {"threshold": threshold, "median": median, "eps": eps}
@@ -145,7 +217,19 @@ def compare_base_trained(
 
 
 def format_comparison(records: list[LayerComparison]) -> str:
-    """A fixed-width table of :func:`compare_base_trained`: two lines (base, trained) per layer."""
+    """A fixed-width table of :func:`compare_base_trained`: two lines (base, trained) per layer.
+
+    Parameters
+    ----------
+    records : list of LayerComparison
+        What :func:`compare_base_trained` returned.
+
+    Returns
+    -------
+    str
+        A header, a rule, then per layer its base and trained $D_n$, p-value, gamma shape,
+        location and scale, largest ratio and ``yes``/``no`` for a massive activation.
+    """
     width = max([len("layer"), *(len(r.layer) for r in records)])
     header = (
         f"{'layer':<{width}}  {'model':<7}  {'KS D_n':>8}  {'p-value':>9}  {'shape':>9}  "
@@ -206,20 +290,47 @@ def plot_ratio_distributions(
     columns: int = 3,
     dpi: int = 120,
 ) -> Path:
-    """Per layer, histograms of ``t`` (base and trained) with each fitted gamma density on top.
+    r"""Per layer, histograms of $t$ (base and trained) with each fitted gamma density on top.
 
-    One axes per layer on a grid of ``columns`` columns, with a dashed line at
-    ``t = -log10(threshold)`` (MAs lie left of it); the samples and fits are
-    those of :func:`compare_base_trained` with the same options. ``records``, that
-    function's result for these ``base`` and ``trained`` with these options, saves
-    refitting: the gamma parameters and ``D_n`` drawn are then the records' and only
-    the samples ``t`` are recomputed, for the histograms (a record whose sample size
-    differs from them was made with other options: ValueError). The format
-    follows ``path``'s suffix (``.png``, ``.svg``, ``.pdf``; ``dpi`` sets a raster's
-    resolution). Drawn on an Agg
-    canvas without pyplot, so the caller's matplotlib backend and open figures
-    are untouched. Needs matplotlib (``pip install -e ".[plot]"``). Returns
-    ``path``.
+    One axes per layer, with a dashed line at $t = -\log_{10}(\text{threshold})$ (MAs lie
+    left of it); the samples and fits are those of :func:`compare_base_trained` with the
+    same options. Drawn on an Agg canvas without pyplot, so the caller's matplotlib backend
+    and open figures are untouched. Needs matplotlib (``pip install -e ".[plot]"``).
+
+    Parameters
+    ----------
+    base : mapping of str to (R, C) float array
+        Non-empty: layer name to that layer's activations in the untrained model.
+    trained : mapping of str to (R, C) float array
+        The same layers' activations through the trained model.
+    path : str or pathlib.Path
+        The image written; its suffix picks the format (``.png``, ``.svg``, ``.pdf``).
+    records : sequence of LayerComparison or None, default None
+        :func:`compare_base_trained`'s result for these arrays and options: its gamma
+        parameters and $D_n$ are drawn instead of fitting again (only the samples $t$ are
+        recomputed, for the histograms; a record whose sample size differs from them was
+        made with other options: ValueError). ``None``: fit here.
+    median : ``"midpoint"`` or ``"lower"``, default ``"midpoint"``
+        NumPy's median or torch.median's, as in :func:`max_median_ratio`.
+    eps : float, default ``DEFAULT_EPS`` (1e-12)
+        Finite, ``>= 0``: inside the log, as in :func:`log_ratios`.
+    max_samples : int or None, default ``DEFAULT_MAX_SAMPLES`` (100 000)
+        Elements sampled per array for the fit, as in :func:`log_ratios` (``None``: all).
+    seed : int or None, default 0
+        Seed of the sampled positions, as in :func:`log_ratios`.
+    threshold : float, default ``DEFAULT_THRESHOLD`` (1000)
+        Positive; a max/median ratio above it is a massive activation (flagged).
+    bins : int, default 60
+        Histogram bins, shared by base and trained on one axes.
+    columns : int, default 3
+        Axes per row of the grid (fewer when there are fewer layers).
+    dpi : int, default 120
+        Resolution of a raster format.
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
     """
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg

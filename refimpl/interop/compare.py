@@ -48,22 +48,49 @@ __all__ = ["Comparison", "TensorComparison", "compare_tensors", "host_array"]
 
 @dataclass(frozen=True)
 class TensorComparison:
-    """One tensor's agreement."""
+    r"""One tensor's agreement: a row of :meth:`Comparison.table`.
+
+    Parameters
+    ----------
+    name : str
+        The tensor's name, as in the mappings compared.
+    shape : tuple of int
+        The reference's shape (``()`` for a scalar, or when the reference lacks it).
+    max_abs_error : float
+        $\max_j |a_j - b_j|$, ours $a$ against the reference $b$.
+    max_rel_error : float
+        $\max_j |a_j - b_j| / scale$, entry by entry with magnitudes (module docstring).
+    scale : float
+        The denominator of the relative error (at the worst entry).
+    rtol : float
+        The tolerance this tensor was judged by.
+    passed : bool
+        ``max_rel_error <= rtol`` and no ``problem``.
+    problem : str, default ""
+        A missing tensor or a shape mismatch, in words; empty when compared.
+    """
 
     name: str
     shape: tuple[int, ...]
     max_abs_error: float
-    max_rel_error: float  # max |a - b| / scale, entry by entry with magnitudes
-    scale: float  # the denominator of the relative error (at the worst entry)
-    rtol: float  # the tolerance this tensor was judged by
+    max_rel_error: float
+    scale: float
+    rtol: float
     passed: bool
-    problem: str = ""  # a missing tensor or a shape mismatch; empty when compared
+    problem: str = ""
 
 
 @dataclass
 class Comparison:
     """All tensors of one comparison, each judged by its own tolerance (outputs and gradients
-    of one case usually have different ones: ``a + b`` joins two comparisons)."""
+    of one case usually have different ones: ``a + b`` joins two comparisons).
+
+    Parameters
+    ----------
+    tensors : list of TensorComparison, default empty
+        One per tensor, in the order :meth:`table` prints them. The comparison passes when
+        it holds at least one and every one passed.
+    """
 
     tensors: list[TensorComparison] = field(default_factory=list)
 
@@ -114,12 +141,30 @@ def compare_tensors(
 ) -> Comparison:
     """Compare ``ours[name]`` with ``reference[name]`` for every name in either mapping.
 
-    ``groups`` maps a group label to tensor names that share one scale (their largest
-    reference entry), e.g. all gradients; other tensors are scaled by themselves.
-    ``magnitudes`` maps names to arrays shaped like the reference: per entry, the
-    magnitude of the terms whose rounding made it (``refimpl.testing.estimate_rounding``),
-    a floor under that entry's denominator (module docstring). Names are reported in the
-    order of ``reference``, then those only ``ours`` has.
+    Names are reported in the order of ``reference``, then those only ``ours`` has; a name
+    on one side only, or a shape mismatch, fails with a ``problem``.
+
+    Parameters
+    ----------
+    ours : mapping of str to array
+        Our tensors by name: NumPy, CuPy or torch (moved to the host as float64).
+    reference : mapping of str to array
+        The other implementation's (or the stored golden) tensors by name.
+    rtol : float
+        The tolerance every tensor is judged by.
+    groups : mapping of str to list of str, optional
+        A group label to the tensor names that share one scale (their largest reference
+        entry), e.g. all gradients; other tensors are scaled by themselves.
+    magnitudes : mapping of str to array, optional
+        Names to arrays shaped like the reference: per entry, the magnitude of the terms
+        whose rounding made it (:func:`refimpl.testing.estimate_rounding`), a floor under
+        that entry's denominator (module docstring).
+
+    Returns
+    -------
+    Comparison
+        One :class:`TensorComparison` per name; ``.passed`` and ``.table()`` give the
+        verdict and the table the CLI prints.
     """
     host = {name: _host(value) for name, value in reference.items()}
     mine = {name: _host(value) for name, value in ours.items()}

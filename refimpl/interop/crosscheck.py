@@ -73,6 +73,12 @@ from refimpl.fields import check_nonnegative_number
 from refimpl.files import read_npz
 from refimpl.graph import Graph
 from refimpl.interop.compare import Comparison, compare_tensors
+from refimpl.interop.crosscheck_file import (
+    CONFIG_KEYS,
+    CrosscheckError,
+    check_entries,
+    frozen_parameters,
+)
 from refimpl.interop.pyg import from_pyg
 from refimpl.interop.pyg_layouts import NEWEST, Entry, detect_gat_v1_layout, layout_entries
 from refimpl.nn import GATConv, TransformerConv
@@ -96,32 +102,35 @@ _PYG_ARGUMENTS = {
     ).split(),
 }
 _OURS = {"GATConv": GATConv, "TransformerConv": TransformerConv}
-_CONFIG_KEYS = ("framework", "layer", "kwargs", "frozen")
-# the entries the reader maps (module docstring); input/edge_index has no gradient
-_INPUTS = ("x", "x_src", "x_dst", "edge_index", "edge_attr")
-_DIFFERENTIABLE = ("x", "x_src", "x_dst", "edge_attr")
-_LAYOUT = (
-    "config, param/<name>, input/{x, x_src, x_dst, edge_index, edge_attr}, output/out, "
-    "cotangent, grad/input/{x, x_src, x_dst, edge_attr}, grad/param/<name>"
-)
-
-
-class CrosscheckError(ValueError):
-    """The file cannot be checked: what is wrong with it, and how to fix it."""
 
 
 def layer_from_config(config: dict[str, Any]) -> GATConv | TransformerConv:
-    """Our configured layer for a ``config`` entry (see the module docstring)."""
+    """Our configured layer for a crosscheck file's ``config`` entry (see the module docstring).
+
+    Parameters
+    ----------
+    config : dict
+        ``{"framework": "pyg" | "refimpl", "layer": NAME, "kwargs": {...}}`` (``framework``
+        defaults to ``"pyg"``; a ``"frozen"`` list is read by the crosscheck, not here):
+        PyG's ``GATConv``, ``GATv2Conv`` or ``TransformerConv`` with PyG's arguments, or our
+        ``GATConv`` or ``TransformerConv`` with ours.
+
+    Returns
+    -------
+    GATConv or TransformerConv
+        Our layer; PyG's ``GATv2Conv`` is our ``GATConv(version="v2")``, with
+        ``projection_bias`` following ``bias``.
+    """
     if not isinstance(config, dict):
         raise CrosscheckError(
             'config must be a JSON object {"framework": ..., "layer": ..., "kwargs": {...}}, '
             f"got {config!r}"
         )
-    unknown = [key for key in config if key not in _CONFIG_KEYS]
+    unknown = [key for key in config if key not in CONFIG_KEYS]
     if unknown:
         raise CrosscheckError(
             f"config has {unknown[0]!r}, which the crosscheck does not read; its keys are "
-            f"{list(_CONFIG_KEYS)}"
+            f"{list(CONFIG_KEYS)}"
         )
     framework, name = config.get("framework", "pyg"), config.get("layer")
     kwargs = config.get("kwargs", {})
@@ -186,8 +195,20 @@ def graph_of(
 def crosscheck(path: str | Path, rtol: float | None = None) -> tuple[Comparison, list[str]]:
     """Run our layer on the file's inputs and parameters; compare outputs and gradients.
 
-    Returns the comparison and notes (tensors not compared, and why). ``rtol`` must be a
-    finite number >= 0 (a NaN would pass every tensor).
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        A crosscheck file (``numpy.savez``; its entries in the module docstring).
+    rtol : float or None, default None
+        One tolerance for every tensor, a finite number ``>= 0`` (a NaN would pass every
+        tensor); ``None``: by the inputs' dtype, outputs and gradients apart.
+
+    Returns
+    -------
+    comparison : Comparison
+        ``.passed``, and ``.table(title)``: the table ``refimpl crosscheck`` prints.
+    notes : list of str
+        Tensors not compared, and why.
     """
     arrays = read_npz(path, CrosscheckError, "write it with numpy.savez", what="crosscheck file")
     return crosscheck_arrays(arrays, rtol, source=str(path))
@@ -196,11 +217,27 @@ def crosscheck(path: str | Path, rtol: float | None = None) -> tuple[Comparison,
 def crosscheck_arrays(
     arrays: dict[str, Any], rtol: float | None = None, source: str = "the arrays"
 ) -> tuple[Comparison, list[str]]:
-    """:func:`crosscheck` on the file's entries already in memory (``key -> array``, the
-    ``config`` entry a JSON string); ``source`` names them in error messages."""
+    """:func:`crosscheck` on the file's entries already in memory.
+
+    Parameters
+    ----------
+    arrays : dict of str to array
+        The entries, ``key -> array`` (NumPy), as in the file; ``config`` a JSON string.
+    rtol : float or None, default None
+        As in :func:`crosscheck`.
+    source : str, default "the arrays"
+        What the entries came from, named in error messages.
+
+    Returns
+    -------
+    comparison : Comparison
+        Output and gradients, tensor by tensor.
+    notes : list of str
+        Tensors not compared, and why.
+    """
     if rtol is not None:
         check_nonnegative_number(rtol, "rtol")
-    _check_entries(arrays, source)
+    check_entries(arrays, source)
     bipartite = "input/x_src" in arrays or "input/x_dst" in arrays
     features = ("input/x_src", "input/x_dst") if bipartite else ("input/x",)
     for key in ("config", *features, "input/edge_index", "output/out"):
@@ -224,7 +261,7 @@ def crosscheck_arrays(
         raise CrosscheckError(f"{features[0]} has dtype {x.dtype}; use float32 or float64")
     notes: list[str] = []
     given = {k.removeprefix("param/"): v for k, v in arrays.items() if k.startswith("param/")}
-    frozen = _frozen(config, given, arrays)
+    frozen = frozen_parameters(config, given, arrays)
     params = from_pyg(layer, given) if pyg else given
     num_dst = arrays["input/x_dst"].shape[0] if bipartite else None
     graph = graph_of(arrays["input/edge_index"], x.shape[0], num_dst, "input/edge_index")
@@ -289,62 +326,6 @@ def crosscheck_arrays(
         groups={"gradients": [f"grad/{k}" for k in names]},
     )
     return result + grad_result, notes
-
-
-def _check_entries(arrays: dict[str, Any], source: str) -> None:
-    """Every entry one the reader maps, and no two that mean the same thing."""
-    unknown = [key for key in arrays if not _known(key)]
-    if unknown:
-        raise CrosscheckError(
-            f"{source} has entries a crosscheck file does not hold: {unknown}; its entries are "
-            f"{_LAYOUT} (see refimpl.interop.crosscheck)"
-        )
-    pair = [key for key in ("input/x_src", "input/x_dst") if key in arrays]
-    if "input/x" in arrays and pair:
-        raise CrosscheckError(
-            f"{source} has input/x and {' and '.join(pair)}: node features twice; give "
-            "input/x (one node set) or input/x_src and input/x_dst (a bipartite layer)"
-        )
-    for key, value in arrays.items():
-        floats = key not in ("config", "input/edge_index")
-        if floats and getattr(value, "dtype", np.dtype(object)).kind != "f":
-            raise CrosscheckError(
-                f"{source}: {key} has dtype {getattr(value, 'dtype', type(value).__name__)}; "
-                "every entry but config and input/edge_index holds floats"
-            )
-        if key.startswith("grad/") and key.removeprefix("grad/") not in arrays:
-            raise CrosscheckError(
-                f"{source} has {key} but no {key.removeprefix('grad/')}: a gradient for an "
-                "input or parameter the file does not give"
-            )
-
-
-def _known(key: str) -> bool:
-    if key in ("config", "output/out", "cotangent"):
-        return True
-    for prefix, names in (("grad/input/", _DIFFERENTIABLE), ("input/", _INPUTS)):
-        if key.startswith(prefix):
-            return key.removeprefix(prefix) in names
-    return any(key.startswith(p) and len(key) > len(p) for p in ("param/", "grad/param/"))
-
-
-def _frozen(config: dict[str, Any], params: dict[str, Any], arrays: dict[str, Any]) -> list[str]:
-    """The config's ``"frozen"`` parameter names, each a ``param/`` entry without a gradient."""
-    frozen = config.get("frozen", [])
-    if not isinstance(frozen, list) or not all(isinstance(name, str) for name in frozen):
-        raise CrosscheckError(f"config's frozen must be a list of parameter names, got {frozen!r}")
-    for name in frozen:
-        if name not in params:
-            raise CrosscheckError(
-                f"config's frozen lists {name!r}, which is no param/ entry; parameters: "
-                f"{sorted(params)}"
-            )
-        if f"grad/param/{name}" in arrays:
-            raise CrosscheckError(
-                f"grad/param/{name} is given for a parameter the config lists as frozen "
-                "(requires_grad=False, no gradient): drop one or the other"
-            )
-    return frozen
 
 
 def _pyg_gradients(

@@ -81,11 +81,22 @@ _PARAM_JITTER = 0.3  # added to init_params' values: no zero biases, no ones in 
 def export_golden(
     directory: str | os.PathLike, cases: Iterable[str] | None = None, *, force: bool = False
 ) -> dict[str, Any]:
-    """Write ``<case>.npz`` for each case (all of :data:`GOLDEN_CASES` by default) and
-    ``manifest.json`` to ``directory``; returns the manifest.
+    """Write ``<case>.npz`` for each case and ``manifest.json`` to ``directory``.
 
-    Refuses a directory that exists and is not empty unless ``force`` (files of the same
-    names are then replaced; others are left alone).
+    Parameters
+    ----------
+    directory : str or os.PathLike
+        Created if missing. One that exists and is not empty is refused unless ``force``.
+    cases : iterable of str, optional
+        Names from :data:`GOLDEN_CASES`; default all of them.
+    force : bool, default False
+        Write into a non-empty directory: files of the same names are replaced, others are
+        left alone.
+
+    Returns
+    -------
+    dict
+        The manifest written (as :func:`read_manifest` reads it back).
     """
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
@@ -229,15 +240,26 @@ def _backward(
 def verify_golden(
     directory: str | os.PathLike, cases: Iterable[str] | None = None
 ) -> list[tuple[str, Comparison]]:
-    """Replay the golden files of ``directory`` (all cases, or those named) and compare.
+    """Replay the golden files of ``directory`` and compare, case by case.
 
     Checks the manifest and every selected file's presence and SHA-256 before computing
     anything (:class:`~refimpl.interop.golden_format.GoldenError` naming each problem).
-    Returns, per case in manifest order, its name and one
-    :class:`~refimpl.interop.compare.Comparison`: ``output/out`` judged at
-    :data:`OUTPUT_RTOL` against its own scale, the gradients at :data:`GRADIENT_RTOL`
-    against the case's largest gradient entry (every tensor carries its own rtol and
-    verdict).
+
+    Parameters
+    ----------
+    directory : str or os.PathLike
+        A golden directory written by :func:`export_golden`.
+    cases : iterable of str, optional
+        Case names from its manifest; default all of them.
+
+    Returns
+    -------
+    list of (str, Comparison)
+        Per case in manifest order, its name and one
+        :class:`~refimpl.interop.compare.Comparison`: ``output/out`` judged at
+        :data:`OUTPUT_RTOL` against its own scale, the gradients at :data:`GRADIENT_RTOL`
+        against the case's largest gradient entry (every tensor carries its own rtol and
+        verdict).
     """
     directory = Path(directory)
     manifest = read_manifest(directory)

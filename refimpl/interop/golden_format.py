@@ -100,7 +100,25 @@ class GoldenError(ValueError):
 # -- the manifest ------------------------------------------------------------------------------
 def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
     """``directory``'s manifest, checked for the fields
-    :func:`~refimpl.interop.golden.verify_golden` reads."""
+    :func:`~refimpl.interop.golden.verify_golden` reads.
+
+    Parameters
+    ----------
+    directory : str or os.PathLike
+        A golden directory, as ``refimpl golden export DIR`` writes it.
+
+    Returns
+    -------
+    dict
+        The parsed ``manifest.json``: format, versions, loss, tolerances and ``cases``
+        (one entry per case: name, file, SHA-256, class, config, forward, arrays).
+
+    Raises
+    ------
+    GoldenError
+        No directory or manifest, a manifest that is not valid JSON, not a refimpl golden
+        manifest, of another format version, or missing a field.
+    """
     path = Path(directory) / MANIFEST_NAME
     if not Path(directory).is_dir():
         raise GoldenError(f"{directory} is not a directory; run `refimpl golden export DIR`")

@@ -116,8 +116,21 @@ __all__ = ["from_pyg", "pyg_shapes", "to_pyg"]
 def pyg_shapes(
     layer: GATConv | TransformerConv, pyg_version: str | None = None
 ) -> dict[str, tuple[int, ...]]:
-    """The keys and shapes of the state dict PyG's counterpart of ``layer`` has
-    (that :func:`to_pyg` writes), in PyG's order, for ``pyg_version`` (None: newest)."""
+    """The keys and shapes of the state dict PyG's counterpart of ``layer`` has.
+
+    Parameters
+    ----------
+    layer : GATConv or TransformerConv
+        A configured refimpl layer.
+    pyg_version : str, optional
+        A PyG release (``torch_geometric.__version__``, e.g. ``"2.4.0"``); None: the newest.
+        Only ``GATConv`` v1 and ``TransformerConv`` with ``bias=False`` depend on it.
+
+    Returns
+    -------
+    dict of str to tuple of int
+        Every key :func:`to_pyg` writes, in PyG's order, with its shape.
+    """
     version = parse_version(pyg_version)
     return {e.key: e.shape for e in layout_entries(layer, None, version) if e.emit}
 

@@ -15,7 +15,7 @@ inputs may be on any device too (they are copied to the host). Its frozen parame
 ``forward`` takes, a sparse adjacency read as PyG reads it (transposed). A
 configuration refimpl has no counterpart for, and an input the check cannot read (a float
 ``edge_index``, ``x = (x_src, None)``, ...), raise
-:class:`~refimpl.interop.crosscheck.CrosscheckError` in one line saying which.
+:class:`~refimpl.interop.CrosscheckError` in one line saying which.
 Needs torch and torch_geometric (the ``crosscheck`` extra); they are imported when the
 function is called.
 """
@@ -45,9 +45,21 @@ _ARGUMENTS = {
 
 
 def pyg_config(module: Any) -> dict[str, Any]:
-    """The crosscheck ``config`` of a PyG module: ``{"framework": "pyg", "layer": NAME,
-    "kwargs": {...}}``, its constructor arguments read from its attributes (``bias`` from
-    whether it has a bias: PyG keeps no ``bias`` flag)."""
+    """The crosscheck ``config`` of a PyG module, its constructor arguments read back.
+
+    Parameters
+    ----------
+    module : torch_geometric.nn.GATConv, GATv2Conv or TransformerConv
+        With PyG's default ``aggr`` and ``flow`` (others have no refimpl counterpart:
+        :class:`CrosscheckError`).
+
+    Returns
+    -------
+    dict
+        ``{"framework": "pyg", "layer": NAME, "kwargs": {...}}``, the arguments read from the
+        module's attributes (``bias`` from whether it has a bias: PyG keeps no ``bias``
+        flag; a tensor ``fill_value`` as a list), as a crosscheck file's ``config``.
+    """
     from torch_geometric import nn as pyg_nn
 
     name = next(
@@ -112,6 +124,9 @@ def check_pyg_module(
         ``c`` of ``L = sum(c * out)``; default a standard normal draw of ``seed``.
     rtol : float, optional
         One tolerance for every tensor; default by dtype, as ``refimpl crosscheck``.
+    seed : int, default 0
+        Seed of ``numpy.random.default_rng`` for the default cotangent; unused when
+        ``cotangent`` is given.
 
     Returns
     -------

@@ -37,10 +37,26 @@ MIN_PARALLEL_WORK = 1 << 24  # stored entries x dense columns below which one th
 def csr_matmul(
     matrix: Any, dense: Any, threads: int | None = None, min_work: int = MIN_PARALLEL_WORK
 ) -> np.ndarray:
-    """``matrix (R, C)`` (``scipy.sparse`` CSR) ``@ dense (C, F)`` -> ``(R, F)``.
+    """``matrix @ dense``, on threads over blocks of rows when the product is large.
 
-    On ``threads`` (default :func:`~refimpl.kernels.parallel.num_threads`) contiguous blocks of
-    rows with about equal numbers of stored entries, when ``matrix.nnz * F >= min_work``.
+    On ``threads`` contiguous blocks of rows with about equal numbers of stored entries, when
+    ``matrix.nnz * F >= min_work``; each row is summed as one product would sum it.
+
+    Parameters
+    ----------
+    matrix : scipy.sparse.csr_matrix
+        ``(R, C)``.
+    dense : numpy.ndarray
+        ``(C, F)``.
+    threads : int or None, default None
+        The most threads; None takes :func:`~refimpl.kernels.parallel.num_threads`.
+    min_work : int, default MIN_PARALLEL_WORK
+        The least ``nnz * F`` worth splitting; below it one product on the calling thread.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(R, F)``.
     """
     import scipy.sparse as sp
 
@@ -113,9 +129,23 @@ def head_blocks(
     the order the one-head product sums it: the same values as a product per head, without
     ``H`` strided slices, ``H`` matrices or a stack.
 
-    Returns ``(source, column_h, indptr_h)``: ``source[q] = p * H + h`` names the stored
-    position ``p`` and head ``h`` of block entry ``q`` (a flat index into an ``(nnz, H)``
-    array); ``column_h`` and ``indptr_h`` are int32 where they fit.
+    Parameters
+    ----------
+    indptr : numpy.ndarray
+        ``(R + 1,)``, the pattern's row pointers.
+    column : numpy.ndarray
+        ``(nnz,)``, its column indices.
+    heads : int
+        ``H``, ``>= 1``.
+    num_columns : int
+        ``C``.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(source, column_h, indptr_h)``: ``source[q] = p * H + h`` names the stored position
+        ``p`` and head ``h`` of block entry ``q`` (a flat index into an ``(nnz, H)`` array);
+        ``column_h`` and ``indptr_h`` are int32 where they fit.
     """
     nnz, rows = column.shape[0], indptr.shape[0] - 1
     degree = np.diff(indptr)  # (R,) stored entries per row
@@ -133,8 +163,20 @@ def head_blocks(
 
 
 def head_block_matmul(matrix: Any, dense: Any) -> np.ndarray:
-    """``matrix`` (the ``(R H, C H)`` CSR of :func:`head_blocks`) applied to every head of
-    ``dense (C, H, *F)`` -> ``(R, H, *F)``: one :func:`csr_matmul`."""
+    """``matrix`` applied to every head of ``dense``: one :func:`csr_matmul`.
+
+    Parameters
+    ----------
+    matrix : scipy.sparse.csr_matrix
+        ``(R H, C H)``, built on the structure of :func:`head_blocks`.
+    dense : numpy.ndarray
+        ``(C, H, *F)``.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``(R, H, *F)``.
+    """
     heads, features = dense.shape[1], dense.shape[2:]
     flat = dense.reshape(dense.shape[0] * heads, math.prod(features))  # (C H, F)
     out = csr_matmul(matrix, flat)  # (R H, F)

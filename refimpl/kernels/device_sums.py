@@ -67,9 +67,21 @@ def cuda_sources() -> dict[str, str]:
 
 
 def row_sums_in_order(flat: Any, order: Any, indptr: Any) -> Any:
-    """``flat (E, F)`` (CuPy) summed per segment in CSR order: ``(N, F)``, N = len(indptr) - 1.
+    """``flat`` summed per segment, each segment's items in CSR order (CuPy).
 
-    ``order`` (E,) and ``indptr`` (N + 1,) int32 (:meth:`Segments.csr_structure`).
+    Parameters
+    ----------
+    flat : cupy.ndarray
+        ``(E, F)``, the items' values.
+    order : cupy.ndarray
+        ``(E,)`` int32, the items in segment order (:meth:`Segments.csr_structure`).
+    indptr : cupy.ndarray
+        ``(N + 1,)`` int32, where each segment's items start in ``order``.
+
+    Returns
+    -------
+    cupy.ndarray
+        ``(N, F)``, zero for an empty segment.
     """
     import cupy
 

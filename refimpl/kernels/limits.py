@@ -19,8 +19,16 @@ MAX_COUNT = 2**31 - 1  # the largest int32
 
 
 def check_count(value: int, name: str) -> None:
-    """``value`` (an int, its type checked by the caller) is at most :data:`MAX_COUNT`, else a
-    ``ValueError`` that names ``name`` and says the bound and why."""
+    """``value`` is at most :data:`MAX_COUNT`, else a ``ValueError`` that names ``name`` and
+    says the bound and why.
+
+    Parameters
+    ----------
+    value : int
+        A count (its type checked by the caller).
+    name : str
+        What it counts, for the message (e.g. ``"the number of items (edges)"``).
+    """
     if value > MAX_COUNT:
         raise ValueError(
             f"{name} must be at most 2**31 - 1, got {value}: refimpl bounds every count by the "

@@ -63,7 +63,23 @@ def map_blocks(function: Callable[[int], T], count: int, threads: int | None = N
     product's rounding can depend on how many threads split it). One block runs on the
     calling thread with BLAS as it is: whatever the thread count, it is computed the same
     way (and setting the BLAS thread limit, a call into every BLAS library, would
-    dominate small products)."""
+    dominate small products).
+
+    Parameters
+    ----------
+    function : callable
+        ``function(j)`` computes block ``j``; blocks may write only disjoint parts of a shared
+        output.
+    count : int
+        The number of blocks, ``>= 0``.
+    threads : int or None, default None
+        The most threads; None takes :func:`num_threads`.
+
+    Returns
+    -------
+    list
+        The blocks' results, in block order.
+    """
     if getattr(_worker, "active", False):  # nested: this thread is one of the pool's
         return [function(j) for j in range(count)]
     if count == 1:
@@ -96,6 +112,22 @@ def row_blocks(xp: Any, n: int, size: int, row_bytes: int = 0) -> list[slice]:
     device launches every step over all of a block's rows, so there a block is as large as
     memory allows: as many rows as keep ``row_bytes`` (the bytes of intermediates one row
     adds) within :data:`DEVICE_BLOCK_BYTES`, all ``n`` when ``row_bytes`` is 0.
+
+    Parameters
+    ----------
+    xp : module
+        The array module: ``numpy`` (the host) or a device backend's.
+    n : int
+        The number of rows.
+    size : int
+        Rows per block on the host, ``>= 1``.
+    row_bytes : int, default 0
+        On a device, the bytes of intermediates one row adds.
+
+    Returns
+    -------
+    list of slice
+        Consecutive slices covering ``range(n)``.
     """
     if backend_name(xp) != "numpy":
         size = max(DEVICE_BLOCK_BYTES // row_bytes, 1) if row_bytes > 0 else max(n, 1)
@@ -104,7 +136,18 @@ def row_blocks(xp: Any, n: int, size: int, row_bytes: int = 0) -> list[slice]:
 
 def sum_in_order(parts: list[Any]) -> Any:
     """The sum of the blocks' partial results, added in block order (whatever thread made
-    each), into a copy of the first: the rounding depends on the blocks, not the threads."""
+    each), into a copy of the first: the rounding depends on the blocks, not the threads.
+
+    Parameters
+    ----------
+    parts : list of array
+        The blocks' partial results, of one shape, at least one.
+
+    Returns
+    -------
+    array
+        Their sum, a new array.
+    """
     total = parts[0].copy()
     for part in parts[1:]:
         total += part

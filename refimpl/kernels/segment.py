@@ -41,22 +41,23 @@ import weakref
 from typing import Any
 
 from refimpl.backend import backend_name, get_array_module, sparse_module
-from refimpl.kernels.csr import csr_matmul, head_block_matmul, head_blocks
-from refimpl.kernels.device_sums import row_sums_in_order
+from refimpl.kernels.csr import head_blocks
 from refimpl.kernels.limits import check_count
+from refimpl.kernels.maxima import order_keys, running_maxima
+from refimpl.kernels.sums import pair_matrix, segment_sum, segment_sum_pair
 
 __all__ = [
     "CACHED_POSITIONS",
     "Segments",
     "gather",
     "gather_backward",
-    "order_keys",
+    "order_keys",  # defined in refimpl.kernels.maxima
     "scatter_add",
     "segment_max",
     "segment_max_backward",
     "segment_softmax",
     "segment_softmax_backward",
-    "segment_sum",
+    "segment_sum",  # segment_sum and segment_sum_pair are defined in refimpl.kernels.sums
     "segment_sum_backward",
     "segment_sum_pair",
 ]
@@ -203,7 +204,7 @@ class Segments:
             if second is None:  # CSR (N, E); its columns are the items
                 (item_order, indptr), counts = self.csr_structure(), None
             else:
-                summed = _pair_matrix(self, second, np.float32)
+                summed = pair_matrix(self, second, np.float32)
                 item_order, indptr, counts = summed.indices, summed.indptr, summed.data
             source, column_h, indptr_h = head_blocks(indptr, item_order, heads, self.num_items)
             multiplicity = None
@@ -217,145 +218,60 @@ class Segments:
 
 
 def gather(x: Any, segments: Segments) -> Any:
-    """Repeat each segment's row for every item in it: ``x[index]``, (N, *F) -> (E, *F)."""
+    """Repeat each segment's row for every item in it: ``x[index]``.
+
+    Parameters
+    ----------
+    x : array
+        ``(N, *F)``, one row per segment.
+    segments : Segments
+        The items (edges) grouped by segment (node).
+
+    Returns
+    -------
+    array
+        ``(E, *F)``, one row per item.
+    """
     return segments.xp.take(x, segments.index, axis=0)
 
 
 def gather_backward(d_items: Any, segments: Segments) -> Any:
-    """Adjoint of :func:`gather`: sum the item gradients per segment, (E, *F) -> (N, *F)."""
+    """Adjoint of :func:`gather`: sum the item gradients per segment.
+
+    Parameters
+    ----------
+    d_items : array
+        ``(E, *F)``, the cotangent of :func:`gather`'s output.
+    segments : Segments
+        The items (edges) grouped by segment (node).
+
+    Returns
+    -------
+    array
+        ``(N, *F)``.
+    """
     return segment_sum(d_items, segments)
 
 
-def segment_sum(values: Any, segments: Segments, weights: Any = None) -> Any:
-    """Sum of the items of each segment, (E, *F) -> (N, *F); empty segments give 0.
-
-    ``weights`` (E, H), optional: item ``e``'s head ``h`` is scaled by
-    ``weights[e, h]`` first (``values`` then (E, H, *F')). ``values`` may then be
-    boolean (a mask, read as 0/1 in ``weights``' dtype). On NumPy the weights
-    become the sum matrix's entries instead of a pass over ``values``: one pass
-    over the edges, not two (GATv2's backward sums a mask this way).
-    """
-    if segments.backend != "numpy":
-        if weights is not None:
-            values = _scaled(values, weights)
-        flat = _flat(values, segments.num_items)  # (E, F)
-        if flat.size == 0 or segments.num_segments == 0:  # nothing to launch
-            out = segments.xp.zeros((segments.num_segments, flat.shape[1]), dtype=values.dtype)
-        elif segments.backend == "cupy":
-            out = row_sums_in_order(flat, *segments.csr_structure())  # (N, F)
-        else:  # the strict stand-in: SciPy's CSR product sums each row in that same order
-            out = segments.sum_matrix(values.dtype) @ flat  # (N, F)
-        return out.reshape((segments.num_segments, *values.shape[1:]))
-    if weights is None:
-        return _sparse_sum(segments.sum_matrix(values.dtype), values, segments)
-    return _weighted_sum(segments.head_sum_structure(weights.shape[1]), values, weights, segments)
-
-
-def segment_sum_pair(values: Any, first: Segments, second: Segments, weights: Any = None) -> Any:
-    """``segment_sum(values, first, weights) + segment_sum(values, second, weights)``.
-
-    For the adjoint of gathering one array at both ends of every edge (GATv2 with
-    shared weights: ``W h_u + W h_v``). ``first`` and ``second`` group the same
-    ``E`` items into the same ``N`` segments. On NumPy one product with the sum of
-    the two ``(N, E)`` matrices (a self-loop's item gets a 2) replaces two
-    products and an addition: one pass over the edges and no temporary.
-    """
-    if first.backend != "numpy":
-        return segment_sum(values, first, weights) + segment_sum(values, second, weights)
-    if weights is None:
-        return _sparse_sum(_pair_matrix(first, second, values.dtype), values, first)
-    structure = first.head_sum_structure(weights.shape[1], second)
-    return _weighted_sum(structure, values, weights, first)
-
-
-def _pair_matrix(first: Segments, second: Segments, dtype: Any) -> Any:
-    """NumPy: CSR ``(N, E)``, the sum of both segmentations' sum matrices, built once per dtype."""
-    by_dtype = first._pair_sums.setdefault(second, {})
-    if dtype not in by_dtype:
-        both = first.sum_matrix(dtype) + second.sum_matrix(dtype)
-        both.sort_indices()
-        by_dtype[dtype] = both
-    return by_dtype[dtype]
-
-
-def _flat(values: Any, num_items: int) -> Any:
-    # Explicit F, not -1: reshape cannot infer -1 for an empty array (E = 0).
-    return values.reshape(num_items, math.prod(values.shape[1:]))  # (E, F)
-
-
-def _scaled(values: Any, weights: Any) -> Any:
-    """``values (E, H, *F) * weights (E, H)`` broadcast over ``F``."""
-    return values * weights.reshape(weights.shape + (1,) * (values.ndim - weights.ndim))
-
-
-def _sparse_sum(matrix: Any, values: Any, segments: Segments) -> Any:
-    """``matrix (N, E)`` times ``values`` (E, *F) -> (N, *F)."""
-    out = csr_matmul(matrix, _flat(values, segments.num_items))  # (N, F)
-    return out.reshape((segments.num_segments, *values.shape[1:]))
-
-
-def _weighted_sum(structure: tuple, values: Any, weights: Any, segments: Segments) -> Any:
-    """The head-block sum matrix of ``structure`` (:meth:`Segments.head_sum_structure`), its
-    entries ``weights[e, h]`` (times their multiplicity), times ``values (E, H, *F)``."""
-    import scipy.sparse as sp
-
-    multiplicity, column, indptr = structure
-    heads = weights.shape[1]
-    data = segments.xp.take(weights, column)  # (E H,): column e H + h is weights[e, h]'s flat index
-    if multiplicity is not None:
-        data *= multiplicity
-    shape = (segments.num_segments * heads, segments.num_items * heads)
-    matrix = sp.csr_matrix((data, column, indptr), shape=shape, copy=False)
-    return head_block_matmul(matrix, values)  # (N, H, *F)
-
-
 def segment_sum_backward(d_out: Any, segments: Segments) -> Any:
-    """Adjoint of :func:`segment_sum`: every item receives its segment's gradient."""
+    """Adjoint of :func:`segment_sum`: every item receives its segment's gradient.
+
+    Parameters
+    ----------
+    d_out : array
+        ``(N, *F)``, the cotangent of the sums.
+    segments : Segments
+        The items (edges) grouped by segment (node).
+
+    Returns
+    -------
+    array
+        ``(E, *F)``.
+    """
     return gather(d_out, segments)
 
 
 scatter_add = segment_sum  # the same operation, under the name used for gradients
-
-
-def _running_maxima(values: Any, segments: Segments) -> tuple[Any, Any, Any]:
-    """Per-segment maxima, flattened: ``(maxima (N*F,), values (E, F), positions (E, F))``.
-
-    Empty segments hold ``-inf``; callers that expose the maxima replace it.
-    """
-    xp = segments.xp
-    flat = values.reshape(segments.num_items, math.prod(values.shape[1:]))  # (E, F); F explicit
-    num_features = flat.shape[1]  # for E = 0
-    positions = segments.flat_positions(num_features)  # (E, F)
-    size = segments.num_segments * num_features
-    if segments.backend == "numpy":
-        maxima = xp.full(size, -xp.inf, dtype=values.dtype)
-        xp.maximum.at(maxima, positions.ravel(), flat.ravel())
-        return maxima, flat, positions
-    # the maximum of keys that order as the floats do (module docstring), then back
-    import numpy as np  # the key of -inf, a host constant
-
-    keys = order_keys(flat.ravel())
-    bottom = int(order_keys(np.full(1, -np.inf, dtype=values.dtype))[0])
-    maxima_keys = xp.full(size, bottom, dtype=keys.dtype)
-    xp.maximum.at(maxima_keys, positions.ravel(), keys)
-    return order_keys(maxima_keys).view(values.dtype), flat, positions
-
-
-def order_keys(values: Any) -> Any:
-    """Integers that order as the floats ``values`` do, and back (the map is its own inverse).
-
-    ``values`` float32 or float64 (1-D) gives int32 or int64 keys; int keys give the
-    float bits back (view them as the float dtype). The sign bit is kept and, for
-    negative numbers, the other bits are flipped, so a larger magnitude becomes a smaller
-    key. ``-0.0`` orders just below ``+0.0``.
-    """
-    xp = get_array_module(values)
-    bits = values.dtype.itemsize * 8
-    key_type = {32: xp.int32, 64: xp.int64}[bits]
-    signed = values.view(key_type)
-    low_bits = (1 << (bits - 1)) - 1  # every bit but the sign
-    negative_mask = xp.bitwise_and(xp.right_shift(signed, bits - 1), low_bits)  # 0 or low_bits
-    return xp.bitwise_xor(signed, negative_mask)
 
 
 def segment_max(values: Any, segments: Segments) -> tuple[Any, Any]:
@@ -364,10 +280,22 @@ def segment_max(values: Any, segments: Segments) -> tuple[Any, Any]:
     Returns ``(max, argmax)``, both ``(N, *F)``. Empty segments give ``max = 0``
     and ``argmax = -1``. Ties pick the lowest item index, so the backward routes
     the gradient to exactly one item (a valid subgradient of the max).
+
+    Parameters
+    ----------
+    values : array
+        ``(E, *F)``, floating-point.
+    segments : Segments
+        The items (edges) grouped by segment (node).
+
+    Returns
+    -------
+    tuple of array
+        ``(max, argmax)``, both ``(N, *F)``: ``argmax`` the int64 item index, -1 where empty.
     """
     xp = segments.xp
     num_items, num_segments = segments.num_items, segments.num_segments
-    maxima, flat, positions = _running_maxima(values, segments)
+    maxima, flat, positions = running_maxima(values, segments)
 
     # Lowest item index among those equal to their segment's max.
     attains = flat == maxima[positions]  # (E, F)
@@ -383,7 +311,22 @@ def segment_max(values: Any, segments: Segments) -> tuple[Any, Any]:
 
 
 def segment_max_backward(d_out: Any, argmax: Any, segments: Segments) -> Any:
-    """Adjoint of :func:`segment_max`: ``d_out`` goes to the argmax item, zero elsewhere."""
+    """Adjoint of :func:`segment_max`: ``d_out`` goes to the argmax item, zero elsewhere.
+
+    Parameters
+    ----------
+    d_out : array
+        ``(N, *F)``, the cotangent of the maxima.
+    argmax : array
+        ``(N, *F)``, as :func:`segment_max` returned it.
+    segments : Segments
+        The items (edges) grouped by segment (node).
+
+    Returns
+    -------
+    array
+        ``(E, *F)``.
+    """
     xp = segments.xp
     num_features = math.prod(argmax.shape[1:])  # explicit F: -1 fails on empty arrays
     argmax_flat = argmax.reshape(segments.num_segments, num_features)  # (N, F)
@@ -402,9 +345,21 @@ def segment_softmax(scores: Any, segments: Segments) -> Any:
     segment maximum: subtracting it leaves the ratio unchanged and keeps every
     exponent <= 0, so nothing overflows and the denominator is >= 1. The max is
     a constant shift, so the backward does not differentiate through it.
+
+    Parameters
+    ----------
+    scores : array
+        ``(E, *F)``, floating-point.
+    segments : Segments
+        The items (edges) grouped by segment (node).
+
+    Returns
+    -------
+    array
+        ``alpha``, ``(E, *F)``: each segment's entries sum to 1.
     """
     # The max alone: the argmax of segment_max costs 4x more and is not needed here.
-    maxima, _, _ = _running_maxima(scores, segments)  # (N*F,)
+    maxima, _, _ = running_maxima(scores, segments)  # (N*F,)
     maxima = maxima.reshape((segments.num_segments, *scores.shape[1:]))  # (N, *F)
     shifted = scores - gather(maxima, segments)  # (E, *F), <= 0
     exponentials = segments.xp.exp(shifted)  # (E, *F), <= 1
@@ -413,6 +368,21 @@ def segment_softmax(scores: Any, segments: Segments) -> Any:
 
 
 def segment_softmax_backward(alpha: Any, d_alpha: Any, segments: Segments) -> Any:
-    """Adjoint of :func:`segment_softmax` from its output: ``alpha * (g - sum_seg(alpha * g))``."""
+    """Adjoint of :func:`segment_softmax` from its output: ``alpha * (g - sum_seg(alpha * g))``.
+
+    Parameters
+    ----------
+    alpha : array
+        ``(E, *F)``, the softmax's output.
+    d_alpha : array
+        ``(E, *F)``, its cotangent ``g``.
+    segments : Segments
+        The items (edges) grouped by segment (node).
+
+    Returns
+    -------
+    array
+        The cotangent of the scores, ``(E, *F)``.
+    """
     weighted = segment_sum(alpha * d_alpha, segments)  # (N, *F)
     return alpha * (d_alpha - gather(weighted, segments))

@@ -109,8 +109,10 @@ class GraphTransformer:
     $$
 
     $$
-    Z = \operatorname{LayerNorm}(H^{(l)} + H'), \quad
-    H^{(l+1)} = \operatorname{LayerNorm}(Z + \operatorname{FFN}(Z)) \qquad \text{(Eq. 10-11)}
+    \begin{aligned}
+    Z &= \operatorname{LayerNorm}(H^{(l)} + H') \\
+    H^{(l+1)} &= \operatorname{LayerNorm}(Z + \operatorname{FFN}(Z)) \qquad \text{(Eq. 10-11)}
+    \end{aligned}
     $$
 
     and the head (Sec. 2's $y = \operatorname{MLP}(\operatorname{Pool}(H))$; per node, with
@@ -126,9 +128,12 @@ class GraphTransformer:
     clamped, no softmax):
 
     $$
-    s_{uv} = \frac{K h_u \odot Q h_v}{\sqrt{d_k}} \odot E e_{uv}, \quad
-    w_{uv} = c_{uv} \exp\Big(\operatorname{clamp}\big(\textstyle\sum_c s_{uv,c}, -5, 5\big)\Big),
-    \quad \hat h_v = \frac{\sum_u w_{uv} V h_u}{\sum_u w_{uv} + 10^{-6}}
+    \begin{aligned}
+    s_{uv} &= \frac{K h_u \odot Q h_v}{\sqrt{d_k}} \odot E e_{uv} \\
+    w_{uv} &= c_{uv} \exp\Big(\operatorname{clamp}\big(\textstyle\sum_c s_{uv,c}, -5, 5\big)\Big)
+    \\
+    \hat h_v &= \frac{\sum_u w_{uv} V h_u}{\sum_u w_{uv} + 10^{-6}}
+    \end{aligned}
     $$
 
     with $c_{uv} = 1$ for ``"gt"`` (GT, whose edge stream carries $s_{uv}$ on); for

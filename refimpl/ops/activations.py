@@ -48,20 +48,42 @@ __all__ = [
 
 
 class SignCache(NamedTuple):
-    """ReLU / LeakyReLU: which entries lie strictly right of the kink."""
+    """ReLU / LeakyReLU: which entries lie strictly right of the kink.
 
-    positive: Any  # (*S,) bool, x > 0
-    dtype: Any  # of x, to validate the cotangent
+    Attributes
+    ----------
+    positive : array
+        ``(*S,)`` bool, ``x > 0``.
+    dtype : dtype
+        ``x``'s, to validate the cotangent.
+    """
+
+    positive: Any
+    dtype: Any
 
 
 class ELUCache(NamedTuple):
-    """ELU: the input itself (its backward needs ``exp(x)``, not only the sign)."""
+    """ELU: the input itself (its backward needs ``exp(x)``, not only the sign).
 
-    x: Any  # (*S,)
+    Attributes
+    ----------
+    x : array
+        ``(*S,)``, the input.
+    """
+
+    x: Any
 
 
 class IdentityCache(NamedTuple):
-    """Identity: only the shape and dtype, to validate the cotangent."""
+    """Identity: only the shape and dtype, to validate the cotangent.
+
+    Attributes
+    ----------
+    shape : tuple of int
+        The input's shape.
+    dtype : dtype
+        The input's dtype.
+    """
 
     shape: tuple[int, ...]
     dtype: Any
@@ -94,6 +116,12 @@ class LeakyReLU:
     Cache: :class:`SignCache` (``x > 0``). Kink: the derivative at 0 is
     ``negative_slope`` (1 only for ``x > 0``), as PyTorch's
     ``leaky_relu_backward``. PyTorch parity: ``torch.nn.functional.leaky_relu``.
+
+    Parameters
+    ----------
+    negative_slope : float, default 0.01
+        The slope for ``x <= 0``, any finite real (PyTorch's default; GAT's attention uses
+        0.2).
     """
 
     negative_slope: float = 0.01  # PyTorch default (GAT's attention uses 0.2)
@@ -122,6 +150,11 @@ class ELU:
     the latter cancels to 0 for very negative ``x`` (PyTorch's ``elu_backward``
     with ``is_result=False``). ``exp`` only ever sees ``min(x, 0)``, so large
     inputs raise no overflow warning. PyTorch parity: ``torch.nn.functional.elu``.
+
+    Parameters
+    ----------
+    alpha : float, default 1.0
+        The scale for ``x <= 0``, any finite real (PyTorch's default).
     """
 
     alpha: float = 1.0  # PyTorch default
@@ -181,6 +214,19 @@ def get_activation(name: str, **kwargs: Any) -> ReLU | LeakyReLU | ELU | Identit
 
     ``get_activation("leaky_relu", negative_slope=0.2)``; an unknown name raises
     ``ValueError`` listing the valid ones.
+
+    Parameters
+    ----------
+    name : {"relu", "leaky_relu", "elu", "identity"}
+        The activation.
+    **kwargs : Any
+        Its configuration (``negative_slope`` of :class:`LeakyReLU`, ``alpha`` of
+        :class:`ELU`).
+
+    Returns
+    -------
+    ReLU, LeakyReLU, ELU or Identity
+        The configured activation.
     """
     if not isinstance(name, str) or name not in ACTIVATIONS:  # a list is unhashable
         raise ValueError(
@@ -194,8 +240,19 @@ def leaky_relu(x: Any, negative_slope: float) -> tuple[Any, Any]:
 
     ``max(x, s x)`` for ``s <= 1`` (``min`` for ``s > 1``) is branch-free, where a
     ``where`` over a random sign pattern mispredicts every other element. For layers
-    that call it on values they
-    have already validated.
+    that call it on values they have already validated.
+
+    Parameters
+    ----------
+    x : array
+        Any shape, floating-point.
+    negative_slope : float
+        The slope for ``x <= 0``.
+
+    Returns
+    -------
+    tuple of array
+        ``(y, positive)``: the activation and the bool mask ``x > 0``, both of ``x``'s shape.
     """
     xp = get_array_module(x)
     pick = xp.maximum if negative_slope <= 1 else xp.minimum
@@ -205,7 +262,22 @@ def leaky_relu(x: Any, negative_slope: float) -> tuple[Any, Any]:
 
 
 def leaky_relu_backward(positive: Any, d_y: Any, negative_slope: float) -> Any:
-    """``d_y`` times the LeakyReLU derivative (1 where ``x > 0``, else the slope, at 0 too)."""
+    """``d_y`` times the LeakyReLU derivative (1 where ``x > 0``, else the slope, at 0 too).
+
+    Parameters
+    ----------
+    positive : array
+        Bool, ``x > 0``, as :func:`leaky_relu` returns it.
+    d_y : array
+        The cotangent of the output, of ``positive``'s shape.
+    negative_slope : float
+        The forward's slope.
+
+    Returns
+    -------
+    array
+        The cotangent of ``x``, in ``d_y``'s dtype.
+    """
     d_x = select_by_mask(positive, 1.0, negative_slope, d_y.dtype)
     d_x *= d_y
     return d_x
@@ -213,14 +285,36 @@ def leaky_relu_backward(positive: Any, d_y: Any, negative_slope: float) -> Any:
 
 def positive_part(x: Any) -> Any:
     """``max(x, 0)`` elementwise (NaN stays NaN), into a fresh zeroed array: NumPy runs
-    ``maximum`` with a scalar operand in a loop several times slower than with two arrays."""
+    ``maximum`` with a scalar operand in a loop several times slower than with two arrays.
+
+    Parameters
+    ----------
+    x : array
+        Any shape.
+
+    Returns
+    -------
+    array
+        A new array of ``x``'s shape and dtype.
+    """
     xp = get_array_module(x)
     zeros = xp.zeros(x.shape, dtype=x.dtype)
     return xp.maximum(x, zeros, out=zeros)
 
 
 def negative_part(x: Any) -> Any:
-    """``min(x, 0)`` elementwise (NaN stays NaN), as :func:`positive_part`."""
+    """``min(x, 0)`` elementwise (NaN stays NaN), as :func:`positive_part`.
+
+    Parameters
+    ----------
+    x : array
+        Any shape.
+
+    Returns
+    -------
+    array
+        A new array of ``x``'s shape and dtype.
+    """
     xp = get_array_module(x)
     zeros = xp.zeros(x.shape, dtype=x.dtype)
     return xp.minimum(x, zeros, out=zeros)
@@ -231,6 +325,22 @@ def select_by_mask(positive: Any, if_positive: Any, otherwise: Any, dtype: Any) 
 
     Branch-free: a ``where`` over a random sign pattern mispredicts every other
     element; these two passes do not branch.
+
+    Parameters
+    ----------
+    positive : array
+        Bool mask.
+    if_positive : float or array
+        The value where ``positive``; broadcasts against it.
+    otherwise : float or array
+        The value elsewhere; broadcasts against it.
+    dtype : dtype
+        The result's dtype.
+
+    Returns
+    -------
+    array
+        A new array of the broadcast shape.
     """
     xp = get_array_module(positive)
     factor = xp.multiply(positive, if_positive - otherwise, dtype=dtype)
@@ -239,7 +349,18 @@ def select_by_mask(positive: Any, if_positive: Any, otherwise: Any, dtype: Any) 
 
 
 def sigmoid(z: Any) -> Any:
-    """``1 / (1 + exp(-z))`` without overflow: ``exp(-|z|)`` never exceeds 1."""
+    """``1 / (1 + exp(-z))`` without overflow: ``exp(-|z|)`` never exceeds 1.
+
+    Parameters
+    ----------
+    z : array
+        Any shape, floating-point.
+
+    Returns
+    -------
+    array
+        Of ``z``'s shape and dtype, in ``[0, 1]``.
+    """
     xp = get_array_module(z)
     e = xp.exp(-xp.abs(z))
     return xp.where(z >= 0, 1 / (1 + e), e / (1 + e))

@@ -26,35 +26,36 @@ __all__ = ["Dropout", "DropoutCache", "recorded_dropout"]
 
 
 class DropoutCache(NamedTuple):
-    """What :meth:`Dropout.backward` reads: the keep-mask and scale, or None for the identity."""
+    """What :meth:`Dropout.backward` reads: the keep-mask and scale, or None for the identity.
 
-    mask: Any  # (*S,) bool, True = kept; None when dropout was the identity
-    scale: float  # 1 / (1 - p)
-    shape: tuple[int, ...]  # of x, to validate the cotangent
-    dtype: Any  # of x
-    sparse_x: Any = None  # a sparse x (CSR), whose stored values the mask covers
+    Attributes
+    ----------
+    mask : array or None
+        ``(*S,)`` bool, True = kept (``(nnz,)`` for a sparse ``x``); None when dropout was the
+        identity.
+    scale : float
+        ``1 / (1 - p)``.
+    shape : tuple of int
+        ``x``'s shape, to validate the cotangent.
+    dtype : dtype
+        ``x``'s dtype.
+    sparse_x : sparse matrix or None
+        A sparse ``x`` (CSR), whose stored values the mask covers; None for a dense one.
+    """
+
+    mask: Any
+    scale: float
+    shape: tuple[int, ...]
+    dtype: Any
+    sparse_x: Any = None
 
 
 @dataclass(frozen=True)
 class Dropout:
     """Inverted dropout: ``y = x * mask / (1 - p)`` in training, ``y = x`` in evaluation.
 
-    ``forward(params, x, training=False, rng=None, mask=None)``
-
-    x : (*S,) float array, any shape.
-    training : bool
-        False (the default, as ``torch.nn.functional.dropout`` called with
-        ``training=False``) or ``p == 0``: the identity; ``rng`` and ``mask`` are
-        then ignored, no number is drawn, and x's values are not inspected.
-    rng : numpy.random.Generator (or CuPy's), optional
-        Draws the keep-mask as ``rng.random(x.shape) >= p`` (each entry kept
-        with probability ``1 - p``), moved to x's backend.
-    mask : bool array (*S,), optional
-        The keep-mask itself (True = keep), on x's backend. Takes precedence
-        over ``rng``, which is then not advanced.
-
-    Returns ``(y, cache)``; cache: :class:`DropoutCache`, whose ``mask`` field
-    is the boolean mask used. Backward: ``d_x = d_y * mask / (1 - p)``.
+    :meth:`forward` returns ``(y, cache)``, the cache a :class:`DropoutCache` whose ``mask``
+    field is the boolean mask used. Backward: ``d_x = d_y * mask / (1 - p)``.
 
     A sparse ``x`` (CSR, sparse input features): the mask covers its stored values,
     ``(nnz,)``, drawn as ``rng.random(nnz) >= p``, and ``y`` is CSR with the same
@@ -65,6 +66,11 @@ class Dropout:
     PyTorch parity: ``torch.nn.functional.dropout`` (same scaling, identity in
     eval mode); the draws differ (PyTorch uses its own generator), so compare by
     passing ``cache.mask`` to the other side: ``x * mask / (1 - p)``.
+
+    Parameters
+    ----------
+    p : float, default 0.5
+        The drop probability, in ``[0, 1)`` (PyTorch's default; GAT uses 0.6).
     """
 
     p: float = 0.5  # drop probability; PyTorch default (GAT uses 0.6)
@@ -85,6 +91,52 @@ class Dropout:
         rng: Any = None,
         mask: Any = None,
     ) -> tuple[Any, DropoutCache]:
+        """``(y, cache)``: ``x`` with the dropped entries zeroed and the rest scaled.
+
+        Parameters
+        ----------
+        params : dict
+            Ignored (pass ``{}``): dropout has no parameters.
+        x : array or sparse matrix
+            ``(*S,)`` floats, any shape, or a CSR matrix (sparse input features).
+        training : bool, default False
+            False (as ``torch.nn.functional.dropout`` called with ``training=False``) or
+            ``p == 0``: the identity; ``rng`` and ``mask`` are then ignored, no number is
+            drawn, and ``x``'s values are not inspected.
+        rng : numpy.random.Generator or None, default None
+            Draws the keep-mask as ``rng.random(x.shape) >= p`` (each entry kept with
+            probability ``1 - p``), moved to ``x``'s backend; CuPy's generator draws on the
+            device.
+        mask : array or None, default None
+            The keep-mask itself, ``(*S,)`` bool (True = keep), on ``x``'s backend. Takes
+            precedence over ``rng``, which is then not advanced.
+
+        Returns
+        -------
+        tuple
+            ``(y, cache)``: ``y`` of ``x``'s shape, dtype and kind, and a
+            :class:`DropoutCache`.
+        """
+        return self._forward(x, training, rng, mask, check_values=True)
+
+    def forward_unchecked(
+        self,
+        params: dict[str, Any],
+        x: Any,
+        training: bool = False,
+        rng: Any = None,
+        mask: Any = None,
+    ) -> tuple[Any, DropoutCache]:
+        """:meth:`forward` without the pass over ``x``'s values (its type, the flags, ``rng``
+        and ``mask`` are still checked), for a model whose dropout input is its own checked
+        input or a checked layer output: the same array checked twice costs a reduction (and
+        a sync on a device) for nothing."""
+        return self._forward(x, training, rng, mask, check_values=False)
+
+    def _forward(
+        self, x: Any, training: bool, rng: Any, mask: Any, check_values: bool
+    ) -> tuple[Any, DropoutCache]:
+        """F1-F2 (class docstring); ``check_values``: refuse a non-finite ``x``."""
         check_bool(training, "Dropout training")  # read by its truth value otherwise
         check_rng(rng, "Dropout rng")
         scale = 1.0 / (1.0 - self.p)
@@ -96,7 +148,7 @@ class Dropout:
             # features here would cost as much as a GAT layer's scoring.
             check_array(x, "x")
             return x, DropoutCache(None, scale, tuple(x.shape), x.dtype)
-        xp = check_input(x)
+        xp = check_input(x) if check_values else check_array(x, "x")
         # F1 the keep-mask: given, or drawn on the host and moved to x's backend
         if mask is not None:
             _check_mask(mask, x)
@@ -167,7 +219,30 @@ def recorded_dropout(
 ) -> tuple[Any, DropoutCache]:
     """``dropout.forward`` for a model that names its masks: the keep-mask is ``noise[key]``
     when given (else drawn from ``rng``), and the mask used is recorded as ``used[key]``, so
-    that ``forward(noise=used)`` replays the step exactly."""
+    that ``forward(noise=used)`` replays the step exactly.
+
+    Parameters
+    ----------
+    dropout : Dropout
+        The configuration.
+    key : str
+        The mask's name in the model, e.g. ``"dropout1"``.
+    x : array or sparse matrix
+        The input, as :meth:`Dropout.forward` takes it.
+    training : bool
+        Whether to drop (else the identity, nothing recorded).
+    rng : numpy.random.Generator or None
+        Draws the mask when ``noise`` holds none for ``key``.
+    noise : mapping of str to array
+        Masks given by name (a replay); may be empty.
+    used : dict of str to array
+        Receives ``used[key]``, the mask used; modified in place.
+
+    Returns
+    -------
+    tuple
+        ``(y, cache)`` of :meth:`Dropout.forward`.
+    """
     y, cache = dropout.forward({}, x, training, rng, noise.get(key))
     if cache.mask is not None:
         used[key] = cache.mask

@@ -19,7 +19,22 @@ __all__ = ["eps_root", "eps_root_backward"]
 
 
 def eps_root(q: Any, eps: float, inside: bool) -> tuple[Any, Any]:
-    """``(sqrt(q), D)`` for ``q >= 0`` of any shape; ``D`` as in the module docstring."""
+    """``(sqrt(q), D)`` for ``q >= 0`` of any shape; ``D`` as in the module docstring.
+
+    Parameters
+    ----------
+    q : array
+        The non-negative statistic (a mean square), any shape.
+    eps : float
+        The guard, ``> 0``.
+    inside : bool
+        True: ``D = sqrt(q + eps)``; False: ``D = sqrt(q) + eps``.
+
+    Returns
+    -------
+    tuple of array
+        ``(root, D)``, both of ``q``'s shape: ``root = sqrt(q)`` is what the backward reads.
+    """
     xp = get_array_module(q)
     root = xp.sqrt(q)
     return root, (xp.sqrt(q + eps) if inside else root + eps)
@@ -31,6 +46,22 @@ def eps_root_backward(root: Any, denominator: Any, d_denominator: Any, inside: b
     Outside the root the derivative is infinite at ``q = 0``; it is taken as 0 there.
     Both blocks divide a quantity that vanishes with ``q`` (their centred input) by
     ``D``, so ``d_D = 0`` wherever ``q = 0`` and 0 is the composite's true limit.
+
+    Parameters
+    ----------
+    root : array
+        ``sqrt(q)``, as :func:`eps_root` returned it.
+    denominator : array
+        ``D``, as :func:`eps_root` returned it.
+    d_denominator : array
+        The cotangent of ``D``, of its shape.
+    inside : bool
+        The forward's placement of ``eps``.
+
+    Returns
+    -------
+    array
+        ``d_q``, of ``q``'s shape.
     """
     if inside:
         return d_denominator / (2 * denominator)

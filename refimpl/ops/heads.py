@@ -34,24 +34,61 @@ __all__ = ["dot_per_head", "scale_per_head", "sum_channels", "sum_per_head"]
 
 
 def dot_per_head(values: Any, vectors: Any) -> Any:
-    """``(M, H)``: each row's channels dotted with its head's vector, ``values (M, H, C)``,
-    ``vectors (H, C)``."""
+    """``(M, H)``: each row's channels dotted with its head's vector.
+
+    Parameters
+    ----------
+    values : array
+        ``(M, H, C)``.
+    vectors : array
+        ``(H, C)``, one per head.
+
+    Returns
+    -------
+    array
+        ``(M, H)``, ``s[m, h] = sum_c values[m, h, c] * vectors[h, c]``.
+    """
     xp = get_array_module(values, vectors)
     by_head = xp.matmul(values.transpose(1, 0, 2), vectors[:, :, None])  # (H, M, 1)
     return by_head[:, :, 0].T
 
 
 def sum_per_head(coefficients: Any, values: Any) -> Any:
-    """``(H, C)``: per head, the rows of ``values (M, H, C)`` weighted by ``coefficients (M, H)``
-    and summed."""
+    """``(H, C)``: per head, the rows of ``values`` weighted by ``coefficients`` and summed.
+
+    Parameters
+    ----------
+    coefficients : array
+        ``(M, H)``, one weight per row and head.
+    values : array
+        ``(M, H, C)``.
+
+    Returns
+    -------
+    array
+        ``(H, C)``, ``g[h, c] = sum_m coefficients[m, h] * values[m, h, c]``.
+    """
     xp = get_array_module(coefficients, values)
     by_head = xp.matmul(coefficients.T[:, None, :], values.transpose(1, 0, 2))  # (H, 1, C)
     return by_head[:, 0, :]
 
 
 def scale_per_head(coefficients: Any, vectors: Any) -> Any:
-    """``(M, H, C)``: ``coefficients[m, h] * vectors[h, c]``, ``coefficients (M, H)``,
-    ``vectors (H, C)`` (the adjoint of :func:`dot_per_head` in its values)."""
+    """``(M, H, C)``: ``coefficients[m, h] * vectors[h, c]`` (the adjoint of
+    :func:`dot_per_head` in its values).
+
+    Parameters
+    ----------
+    coefficients : array
+        ``(M, H)``.
+    vectors : array
+        ``(H, C)``, one per head.
+
+    Returns
+    -------
+    array
+        ``(M, H, C)``, a new array.
+    """
     xp = get_array_module(coefficients, vectors)
     (rows, heads), channels = coefficients.shape, vectors.shape[1]
     repeated = xp.repeat(coefficients, channels, axis=1).reshape(rows, heads, channels)
@@ -63,7 +100,18 @@ def scale_per_head(coefficients: Any, vectors: Any) -> Any:
 def sum_channels(values: Any) -> Any:
     """``(M, H)``: each row's and head's channels of ``values (M, H, C)`` summed, by one
     product with a vector of ones (``einsum`` and ``sum`` over a short last axis both walk
-    it in short, slow inner loops)."""
+    it in short, slow inner loops).
+
+    Parameters
+    ----------
+    values : array
+        ``(M, H, C)``.
+
+    Returns
+    -------
+    array
+        ``(M, H)``, ``t[m, h] = sum_c values[m, h, c]``.
+    """
     xp = get_array_module(values)
     rows, heads, channels = values.shape
     flat = values.reshape(rows * heads, channels)  # (M H, C)

@@ -35,13 +35,26 @@ ROW_BLOCK = 4096  # host rows per block: big enough to amortise a BLAS call, sma
 
 
 def affine_maps(x: Any, weights: Sequence[Any], biases: Sequence[Any] | None = None) -> list[Any]:
-    """``[x W_i^T + b_i for each map i]``: ``x (N, in)``, ``weights[i] (out_i, in)``,
-    ``biases[i] (out_i,)`` (None: no bias) -> ``[(N, out_i)]``, each a new C-contiguous array.
+    """``[x W_i^T + b_i for each map i]``, several maps of one input in one pass over its rows.
 
     ``x`` may be a sparse CSR matrix (sparse input features): each map is then one sparse
     product, over the stored values only.
 
     No validation: callers check shapes and dtypes at their boundary.
+
+    Parameters
+    ----------
+    x : array or sparse matrix
+        ``(N, in)``, dense or CSR.
+    weights : sequence of array
+        ``weights[i]`` is ``(out_i, in)``.
+    biases : sequence of array or None, default None
+        ``biases[i]`` is ``(out_i,)``; None: no bias.
+
+    Returns
+    -------
+    list of array
+        ``[(N, out_i)]``, each a new C-contiguous array.
     """
     xp = get_array_module(x)
     if is_sparse(x):
@@ -69,8 +82,7 @@ def affine_maps(x: Any, weights: Sequence[Any], biases: Sequence[Any] | None = N
 def affine_maps_backward(
     x: Any, weights: Sequence[Any], d_ys: Sequence[Any], bias: bool, input_grad: bool = True
 ) -> tuple[Any, list[Any], list[Any] | None]:
-    """Adjoint of :func:`affine_maps`: ``(d_x (N, in) or None, [d_W_i (out_i, in)], [d_b_i
-    (out_i,)] or None without bias)`` from ``d_ys[i] (N, out_i)``.
+    """Adjoint of :func:`affine_maps`: the gradients of ``x``, the weights and the biases.
 
     Per block of rows, ``D = [d_y_1 | ... | d_y_M] (B, sum out_i)``: ``d_x = D [W_1; ...;
     W_M]`` (B1 of F1) and ``D^T [x | 1] = [d_W | d_b]`` (B1, and B2 of F2: the adjoint of
@@ -78,6 +90,25 @@ def affine_maps_backward(
     block order. ``N = 0`` gives zero gradients. A sparse ``x``: ``d_W_i =``
     :func:`weight_gradient`, over its stored values; ``d_x`` is dense (the gradient for
     every entry, stored or not).
+
+    Parameters
+    ----------
+    x : array or sparse matrix
+        ``(N, in)``, the forward's input.
+    weights : sequence of array
+        ``weights[i]`` is ``(out_i, in)``.
+    d_ys : sequence of array
+        ``d_ys[i]`` is ``(N, out_i)``, the cotangent of output ``i``.
+    bias : bool
+        Whether the maps had biases (then their gradients are returned).
+    input_grad : bool, default True
+        Whether to compute ``d_x``; False returns None for it.
+
+    Returns
+    -------
+    tuple
+        ``(d_x, d_weights, d_biases)``: ``d_x`` ``(N, in)`` or None, ``d_weights[i]``
+        ``(out_i, in)``, ``d_biases[i]`` ``(out_i,)`` (None without bias).
     """
     xp = get_array_module(x, *d_ys)
     stacked_weight = weights[0] if len(weights) == 1 else xp.concatenate(weights)  # (sum, in)
@@ -112,8 +143,21 @@ def affine_maps_backward(
 
 
 def weight_gradient(d_y: Any, x: Any) -> Any:
-    """``d_y^T x``: ``(N, out)``, ``(N, in)`` -> ``(out, in)``, C-contiguous; for a sparse
-    ``x`` (CSR) computed as ``(x^T d_y)^T``, a pass over its stored values only."""
+    """``d_y^T x``; for a sparse ``x`` (CSR) computed as ``(x^T d_y)^T``, a pass over its stored
+    values only.
+
+    Parameters
+    ----------
+    d_y : array
+        ``(N, out)``.
+    x : array or sparse matrix
+        ``(N, in)``, dense or CSR.
+
+    Returns
+    -------
+    array
+        ``(out, in)``, C-contiguous.
+    """
     xp = get_array_module(d_y)
     if is_sparse(x):
         return xp.ascontiguousarray((x.T @ d_y).T)
@@ -123,7 +167,18 @@ def weight_gradient(d_y: Any, x: Any) -> Any:
 def with_ones(values: Any) -> Any:
     """``[values | 1]`` ``(B, F + 1)``: one product with it gives ``A^T values`` and the
     column sums ``A^T 1`` together (and, transposed, their adjoint), without a separate
-    pass."""
+    pass.
+
+    Parameters
+    ----------
+    values : array
+        ``(B, F)``.
+
+    Returns
+    -------
+    array
+        ``(B, F + 1)``, a new array with a last column of ones.
+    """
     xp = get_array_module(values)
     out = xp.empty((values.shape[0], values.shape[1] + 1), dtype=values.dtype)
     out[:, :-1] = values
@@ -132,9 +187,15 @@ def with_ones(values: Any) -> Any:
 
 
 class LinearCache(NamedTuple):
-    """What :meth:`Linear.backward` reads: the input (``W`` comes from ``params``)."""
+    """What :meth:`Linear.backward` reads: the input (``W`` comes from ``params``).
 
-    x: Any  # (N, in)
+    Attributes
+    ----------
+    x : array or sparse matrix
+        ``(N, in)``, the input.
+    """
+
+    x: Any
 
 
 @dataclass(frozen=True)
@@ -158,6 +219,15 @@ class Linear:
     (``torch.nn.init.xavier_uniform_``, gain 1; PyG's ``Linear(...,
     weight_initializer="glorot")``), not ``torch.nn.Linear``'s default
     Kaiming-uniform.
+
+    Parameters
+    ----------
+    in_features : int
+        The input width (fan-in of every output neuron), ``>= 1``.
+    out_features : int
+        The number of output neurons, ``>= 1``.
+    bias : bool, default True
+        Whether to add ``b`` (PyTorch's default; ``bias`` in PyTorch and PyG).
     """
 
     in_features: int  # fan-in of every output neuron

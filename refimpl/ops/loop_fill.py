@@ -63,21 +63,53 @@ FILL_REDUCTIONS = ("mean", "add", "sum", "max", "min", "mul")
 
 
 class LoopFillCache(NamedTuple):
-    """What :func:`fill_self_loops_backward` reads."""
+    """What :func:`fill_self_loops_backward` reads.
 
-    fill_value: Any  # as configured
-    kept: Any  # (E',) bool over the input's edges: not a self-loop
-    non_loops: Segments  # the kept edges grouped by target
-    features: Any  # (E', D) their features, A
-    fill: Any  # (N, D) the loops' features
-    product_of_nonzeros: Any  # "mul": (N, D) the product over the non-zero factors, else None
-    zeros: Any  # "mul": (N, D) how many factors are zero, else None
+    Attributes
+    ----------
+    fill_value : float, tuple of float, str or None
+        As configured (:func:`check_fill_value`).
+    kept : array
+        ``(E,)`` bool over the input's edges: not a self-loop.
+    non_loops : Segments
+        The kept edges grouped by target.
+    features : array
+        ``(E', D)``, their features, ``A``.
+    fill : array
+        ``(N, D)``, the loops' features.
+    product_of_nonzeros : array or None
+        ``"mul"``: ``(N, D)``, the product over the non-zero factors; else None.
+    zeros : array or None
+        ``"mul"``: ``(N, D)``, how many factors are zero; else None.
+    """
+
+    fill_value: Any
+    kept: Any
+    non_loops: Segments
+    features: Any
+    fill: Any
+    product_of_nonzeros: Any
+    zeros: Any
 
 
 def check_fill_value(fill_value: Any, edge_dim: int | None) -> Any:
-    """``fill_value`` as the layer stores it (a float, a tuple of ``edge_dim`` floats, a
-    reduction's name, or None); a ValueError names what is wrong. Numbers may come as any
-    array (a NumPy array, a torch tensor: PyG's ``fill_value`` may be a ``Tensor``)."""
+    """``fill_value`` as the layer stores it; a ValueError names what is wrong.
+
+    Parameters
+    ----------
+    fill_value : float, sequence of float, str or None
+        A number, ``edge_dim`` numbers, None (ones) or a reduction of ``FILL_REDUCTIONS``
+        (module docstring). Numbers may come as any array (a NumPy array, a torch tensor:
+        PyG's ``fill_value`` may be a ``Tensor``); finite, in float64's range.
+    edge_dim : int or None
+        The layer's edge feature width, which a sequence of numbers must match; None: not
+        checked.
+
+    Returns
+    -------
+    float, tuple of float, str or None
+        A float, a tuple of ``edge_dim`` floats, the reduction's name, or None.
+    """
     if fill_value is None or (isinstance(fill_value, str) and fill_value in FILL_REDUCTIONS):
         return fill_value
     shown = " ".join(repr(fill_value).split())  # one line, however the value prints
@@ -115,9 +147,25 @@ def _as_floats(value: Any) -> np.ndarray | None:
 
 
 def fill_self_loops(edge_attr: Any, graph: Graph, fill_value: Any) -> tuple[Any, LoopFillCache]:
-    """``(E, D)`` features over ``graph``'s edges -> ``(E' + N, D)`` over
-    ``graph.remove_self_loops().add_self_loops()``'s, and what the backward reads (a
-    bipartite graph's loops are its first ``min(N_src, N_dst)`` targets', as PyG's)."""
+    """The edge features over ``graph.remove_self_loops().add_self_loops()``'s edges (F1-F3).
+
+    A bipartite graph's loops are its first ``min(N_src, N_dst)`` targets', as PyG's.
+
+    Parameters
+    ----------
+    edge_attr : array
+        ``(E, D)``, features over ``graph``'s edges.
+    graph : Graph
+        The layer's graph; its own self-loops, if any, are dropped.
+    fill_value : float, tuple of float, str or None
+        As :func:`check_fill_value` returns it.
+
+    Returns
+    -------
+    tuple
+        ``(out, cache)``: ``out`` ``(E' + N, D)``, the kept edges' features then one row per
+        loop, and a :class:`LoopFillCache`.
+    """
     xp = get_array_module(edge_attr)
     num_nodes, width = min(graph.num_nodes, graph.num_dst_nodes), edge_attr.shape[1]
     # F1 the non-loop edges' features (E', D)
@@ -149,7 +197,20 @@ def fill_self_loops(edge_attr: Any, graph: Graph, fill_value: Any) -> tuple[Any,
 
 
 def fill_self_loops_backward(cache: LoopFillCache, d_out: Any) -> Any:
-    """Adjoint of :func:`fill_self_loops`: ``d_out (E' + N, D)`` -> ``d_edge_attr (E, D)``."""
+    """Adjoint of :func:`fill_self_loops` (B3-B1).
+
+    Parameters
+    ----------
+    cache : LoopFillCache
+        From :func:`fill_self_loops`.
+    d_out : array
+        ``(E' + N, D)``, the cotangent of its output.
+
+    Returns
+    -------
+    array
+        ``d_edge_attr``, ``(E, D)``: zero at the dropped self-loops.
+    """
     xp = get_array_module(d_out)
     features, non_loops, fill_value = cache.features, cache.non_loops, cache.fill_value
     # B3 the kept rows, and the loops' rows

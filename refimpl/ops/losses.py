@@ -6,7 +6,8 @@ training split of the nodes, typically, or a batch of graphs: one row per graph
 for graph-level tasks); rows outside the mask contribute nothing and get a
 zero gradient. :class:`BCEWithLogits` also takes an (N, K) mask of single entries
 (multi-label targets with missing labels). Their backward takes the scalar cotangent
-``d_loss`` (1.0 to start backpropagation) and returns ``(d_inputs, {})``.
+``d_loss`` (1.0 to start backpropagation) and returns ``(d_inputs, {})``. The regression
+losses are defined in :mod:`refimpl.ops.regression` and exported here too.
 """
 
 from __future__ import annotations
@@ -15,35 +16,83 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from refimpl.backend import get_array_module, is_array
+from refimpl.ops.regression import L1Loss, L1LossCache, MSELoss, MSELossCache, row_weights
 from refimpl.validation import check_input, check_scalar_cotangent
 
 __all__ = [
     "BCEWithLogits",
     "BCEWithLogitsCache",
     "CrossEntropyCache",
-    "L1Loss",
+    "L1Loss",  # the regression losses, defined in refimpl.ops.regression
     "L1LossCache",
     "MSELoss",
     "MSELossCache",
+    "RowSelection",
     "SoftmaxCrossEntropy",
 ]
 
 
 class CrossEntropyCache(NamedTuple):
-    """What :meth:`SoftmaxCrossEntropy.backward` reads."""
+    """What :meth:`SoftmaxCrossEntropy.backward` reads.
 
-    probs: Any  # (M, K) softmax of the M selected rows' logits
-    one_hot: Any  # (M, K) bool, the label of each selected row
-    weight: Any  # (M,) 1 / M, in the logits' dtype
-    rows: Any  # (M,) the selected rows' indices
-    shape: tuple[int, int]  # (N, K), the logits'
+    Attributes
+    ----------
+    probs : array
+        ``(M, K)``, the softmax of the ``M`` selected rows' logits.
+    one_hot : array
+        ``(M, K)`` bool, the label of each selected row.
+    weight : array
+        ``(M,)``, ``1 / M`` in the logits' dtype.
+    rows : array
+        ``(M,)``, the selected rows' indices.
+    shape : tuple of int
+        ``(N, K)``, the logits'.
+    """
+
+    probs: Any
+    one_hot: Any
+    weight: Any
+    rows: Any
+    shape: tuple[int, int]
+
+
+class RowSelection(NamedTuple):
+    """The rows :class:`SoftmaxCrossEntropy` reads, checked once (its ``select``).
+
+    Attributes
+    ----------
+    labels : array
+        ``(N,)``, the labels it was made from.
+    rows : array
+        ``(M,)``, the selected rows' indices.
+    weight : array
+        ``(M,)``, ``1 / M`` in the logits' dtype.
+    one_hot : array
+        ``(M, K)`` bool, the label of each selected row.
+    like : tuple
+        ``(K, dtype)`` of the logits it serves.
+    """
+
+    labels: Any
+    rows: Any
+    weight: Any
+    one_hot: Any
+    like: tuple[int, Any]
 
 
 class BCEWithLogitsCache(NamedTuple):
-    """What :meth:`BCEWithLogits.backward` reads."""
+    """What :meth:`BCEWithLogits.backward` reads.
 
-    residual: Any  # (N, K) sigmoid(logits) - targets (0 in place of targets outside the mask)
-    weight: Any  # (N, K) mask / count (selected entries), in the logits' dtype
+    Attributes
+    ----------
+    residual : array
+        ``(N, K)``, ``sigmoid(logits) - targets`` (0 in place of targets outside the mask).
+    weight : array
+        ``(N, K)``, ``mask / count`` over the selected entries, in the logits' dtype.
+    """
+
+    residual: Any
+    weight: Any
 
 
 @dataclass(frozen=True)
@@ -53,7 +102,8 @@ class SoftmaxCrossEntropy:
     ``forward(params, logits (N, K), labels (N,) int, mask (N,) bool or None)``
     returns ``(loss, cache)`` with ``loss`` a 0-d array. ``log softmax`` is
     ``z - max(z) - log(sum(exp(z - max(z))))`` (log-sum-exp, stable for logits of
-    any size: every exponent is <= 0). ``mask=None`` selects every row.
+    any size: every exponent is <= 0). ``mask=None`` selects every row; a :class:`RowSelection`
+    (:meth:`select`, once per dataset) skips re-checking the mask and labels on every call.
 
     Only the masked rows are read: the cache (:class:`CrossEntropyCache`) holds their softmax
     output, one-hot labels, weights and indices.
@@ -71,40 +121,54 @@ class SoftmaxCrossEntropy:
     "mean", no class weights, no label smoothing).
     """
 
-    def forward(
-        self, params: dict[str, Any], logits: Any, labels: Any, mask: Any = None
-    ) -> tuple[Any, CrossEntropyCache]:
-        xp = _check_logits(logits)
-        num_rows, num_classes = logits.shape
+    def select(self, labels: Any, mask: Any, num_classes: int, dtype: Any) -> RowSelection:
+        """``mask``'s rows, labels checked, weights in ``dtype``: made once per dataset, passed
+        as :meth:`forward`'s ``mask`` with these ``labels`` (unchanged), not checked again."""
         if not is_array(labels) or labels.dtype.kind not in "iu":
             kind = labels.dtype if is_array(labels) else type(labels).__name__
             raise TypeError(
                 f"labels must be an integer array of class indices, got {kind}; for one-hot "
                 "labels pass labels.argmax(axis=1), for multi-label targets use BCEWithLogits"
             )
-        if tuple(labels.shape) != (num_rows,):
-            raise ValueError(
-                f"labels must have shape (N,) = ({num_rows},) to match logits {logits.shape}, "
-                f"got {tuple(labels.shape)}"
-            )
-        get_array_module(logits, labels)  # TypeError if they live on two backends
-        selected, weight = _row_weights(logits, mask, 1)  # mean over rows
+        if labels.ndim != 1:
+            raise ValueError(f"labels must have shape (N,), got {tuple(labels.shape)}")
+        xp = get_array_module(labels)
+        like = xp.empty((labels.shape[0], 0), dtype=dtype)  # (N, 0): the logits' rows, dtype
+        selected, weight = row_weights(like, mask, 1)  # mean over rows
         chosen = labels[selected]
         if chosen.size and (int(chosen.min()) < 0 or int(chosen.max()) >= num_classes):
             raise ValueError(
                 f"labels of masked rows must lie in [0, K) = [0, {num_classes}), got values in "
                 f"[{int(chosen.min())}, {int(chosen.max())}]; check the number of classes"
             )
-        # F0 the M masked rows: nothing else is read (their gradient is zero)
         rows = xp.flatnonzero(selected)  # (M,)
-        logits, weight = logits[rows], weight[rows]  # (M, K), (M,)
+        one_hot = xp.arange(num_classes)[None, :] == chosen[:, None]  # (M, K)
+        return RowSelection(labels, rows, weight[rows], one_hot, (num_classes, like.dtype))
+
+    def forward(
+        self, params: dict[str, Any], logits: Any, labels: Any, mask: Any = None
+    ) -> tuple[Any, CrossEntropyCache]:
+        xp = _check_logits(logits)
+        num_rows, num_classes = logits.shape
+        if is_array(labels) and tuple(labels.shape) != (num_rows,):
+            raise ValueError(
+                f"labels must have shape (N,) = ({num_rows},) to match logits {logits.shape}, "
+                f"got {tuple(labels.shape)}"
+            )
+        get_array_module(logits, labels)  # TypeError if they live on two backends
+        if not isinstance(mask, RowSelection):
+            mask = self.select(labels, mask, num_classes, logits.dtype)
+        elif mask.labels is not labels or mask.like != (num_classes, logits.dtype):
+            raise ValueError("mask is a RowSelection of other labels, K or dtype; redo loss.select")
+        # F0 the M masked rows: nothing else is read (their gradient is zero)
+        rows, weight, one_hot = mask.rows, mask.weight, mask.one_hot  # (M,), (M,), (M, K)
+        logits = logits[rows]  # (M, K)
         # F1 log softmax by log-sum-exp
         maxima = logits.max(axis=1, keepdims=True)  # (M, 1)
         shifted = logits - maxima  # (M, K), <= 0
         log_norm = xp.log(xp.exp(shifted).sum(axis=1, keepdims=True))  # (M, 1), in [0, log K]
         log_probs = shifted - log_norm  # (M, K)
-        # F2 pick each row's label column
-        one_hot = xp.arange(num_classes)[None, :] == chosen[:, None]  # (M, K)
+        # F2 pick each row's label column (one_hot: the selection's)
         picked = xp.where(one_hot, log_probs, 0).sum(axis=1)  # (M,)
         # F3 negative weighted mean over the masked rows
         loss = xp.asarray((weight * -picked).sum())  # 0-d
@@ -166,7 +230,7 @@ class BCEWithLogits:
             if is_array(targets) and tuple(targets.shape) == tuple(logits.shape):
                 targets = xp.where(mask, targets, xp.zeros((), dtype=targets.dtype))
         else:
-            _, rows = _row_weights(logits, mask, logits.shape[1])  # (N,) over rows and all K
+            _, rows = row_weights(logits, mask, logits.shape[1])  # (N,) over rows and all K
             weight = xp.broadcast_to(rows[:, None], logits.shape)  # (N, K)
         targets = _check_targets(xp, targets, logits)
         # F1 elementwise loss; e = exp(-|z|) <= 1 is shared with the sigmoid below
@@ -187,166 +251,12 @@ class BCEWithLogits:
         return (d_loss * cache.weight) * cache.residual, {}  # (N, K)
 
 
-class MSELossCache(NamedTuple):
-    """What :meth:`MSELoss.backward` reads."""
-
-    residual: Any  # (G, T) predictions - targets
-    weight: Any  # (G,) mask / (count * T), in the predictions' dtype
-
-
-class L1LossCache(NamedTuple):
-    """What :meth:`L1Loss.backward` reads."""
-
-    sign: Any  # (G, T) sign(predictions - targets) in {-1, 0, +1}, the predictions' dtype
-    weight: Any  # (G,) mask / (count * T), in the predictions' dtype
-
-
-@dataclass(frozen=True)
-class MSELoss:
-    """Regression loss: mean over masked rows and all T of ``(prediction - target)^2``.
-
-    ``forward(params, predictions (G, T), targets (G, T), mask (G,) bool or
-    None)`` returns ``(loss, cache)``, ``loss`` a 0-d array. Targets are real
-    numbers of the predictions' float dtype, finite in every row (masked out or
-    not). ``mask=None`` selects every row; an empty mask is an error.
-
-    Cache: :class:`MSELossCache` (residual and row weights).
-    Backward: ``d_predictions = d_loss * 2 (prediction - target) / (count * T)``
-    on masked rows, 0 elsewhere.
-
-    PyTorch parity: ``F.mse_loss(predictions[mask], targets[mask])`` (reduction
-    "mean").
-    """
-
-    def forward(
-        self, params: dict[str, Any], predictions: Any, targets: Any, mask: Any = None
-    ) -> tuple[Any, MSELossCache]:
-        # F1 residual (G, T), and the row weights over masked rows and all T
-        xp, residual, weight = _residual_and_weights(predictions, targets, mask)
-        # F2 weighted mean of the squares over masked rows and all T columns
-        loss = xp.asarray((weight[:, None] * residual * residual).sum())  # 0-d
-        return loss, MSELossCache(residual, weight)
-
-    def backward(
-        self, params: dict[str, Any], cache: MSELossCache, d_loss: Any
-    ) -> tuple[Any, dict[str, Any]]:
-        d_loss = check_scalar_cotangent(d_loss, cache.residual)
-        # B2 (of F2) d residual = d_loss * weight * 2 r
-        d_residual = (d_loss * cache.weight)[:, None] * (2 * cache.residual)  # (G, T)
-        # B1 (of F1) d predictions = d residual (targets are data, not differentiated)
-        return d_residual, {}
-
-
-@dataclass(frozen=True)
-class L1Loss:
-    """Regression loss: mean over masked rows and all T of ``|prediction - target|`` (the MAE
-    that the supplement's ZINC task reports).
-
-    ``forward(params, predictions (G, T), targets (G, T), mask (G,) bool or
-    None)`` returns ``(loss, cache)``, ``loss`` a 0-d array; inputs as
-    :class:`MSELoss`.
-
-    Cache: :class:`L1LossCache` (sign of the residual and row weights).
-    Backward: ``d_predictions = d_loss * sign(prediction - target) / (count *
-    T)`` on masked rows, 0 elsewhere. At a zero residual ``|r|`` has no
-    derivative; the convention is ``sign(0) = 0``, so an exact prediction gets
-    exactly zero gradient (PyTorch's ``l1_loss`` backward, ``sgn``, the same;
-    0 lies in the subdifferential ``[-1, 1]``).
-
-    PyTorch parity: ``F.l1_loss(predictions[mask], targets[mask])`` (reduction
-    "mean").
-    """
-
-    def forward(
-        self, params: dict[str, Any], predictions: Any, targets: Any, mask: Any = None
-    ) -> tuple[Any, L1LossCache]:
-        # F1 residual (G, T), and the row weights over masked rows and all T
-        xp, residual, weight = _residual_and_weights(predictions, targets, mask)
-        # F2 weighted mean of the absolute values over masked rows and all T columns
-        loss = xp.asarray((weight[:, None] * xp.abs(residual)).sum())  # 0-d
-        return loss, L1LossCache(xp.sign(residual), weight)
-
-    def backward(
-        self, params: dict[str, Any], cache: L1LossCache, d_loss: Any
-    ) -> tuple[Any, dict[str, Any]]:
-        d_loss = check_scalar_cotangent(d_loss, cache.sign)
-        # B2 (of F2) d|r|/dr = sign(r), 0 at r = 0; B1 (of F1) d predictions = d residual
-        return (d_loss * cache.weight)[:, None] * cache.sign, {}  # (G, T)
-
-
-def _residual_and_weights(predictions: Any, targets: Any, mask: Any) -> tuple[Any, Any, Any]:
-    """The regression losses' shared start, validated: ``(xp, predictions - targets (G, T),
-    row weights (G,) = mask / (count * T))``."""
-    xp = _check_predictions(predictions)
-    targets = _check_real_targets(targets, predictions)
-    _, weight = _row_weights(predictions, mask, predictions.shape[1])  # over rows and all T
-    return xp, predictions - targets, weight
-
-
-def _check_predictions(predictions: Any) -> Any:
-    """Validate regression ``predictions`` (G, T), float, finite; return their array module."""
-    xp = check_input(predictions, "predictions", ndim=2)
-    if predictions.shape[1] < 1:
-        raise ValueError(
-            f"predictions must have T >= 1 columns, got shape {tuple(predictions.shape)}; "
-            "for one target per row use predictions.reshape(-1, 1)"
-        )
-    return xp
-
-
-def _check_real_targets(targets: Any, predictions: Any) -> Any:
-    """Regression targets: the predictions' shape, float dtype and backend, finite."""
-    if not is_array(targets):
-        raise TypeError(
-            f"targets must be an array, got {type(targets).__name__}; convert with xp.asarray"
-        )
-    get_array_module(predictions, targets)  # TypeError if they live on two backends
-    if tuple(targets.shape) != tuple(predictions.shape):
-        raise ValueError(
-            f"targets must have the predictions' shape {tuple(predictions.shape)}, got "
-            f"{tuple(targets.shape)}; for one target per graph use y.reshape(-1, 1)"
-        )
-    if targets.dtype != predictions.dtype:
-        raise TypeError(
-            f"targets have dtype {targets.dtype} but predictions {predictions.dtype}; cast "
-            "targets with targets.astype(predictions.dtype): nothing is cast silently"
-        )
-    check_input(targets, "targets")
-    return targets
-
-
 def _check_logits(logits: Any) -> Any:
     """Validate ``logits`` (N, K), float, finite; return their array module."""
     xp = check_input(logits, "logits", ndim=2)
     if logits.shape[1] < 1:
         raise ValueError(f"logits must have K >= 1 columns, got shape {tuple(logits.shape)}")
     return xp
-
-
-def _row_weights(logits: Any, mask: Any, num_columns: int) -> tuple[Any, Any]:
-    """The selected rows (N,) bool and their weights ``mask / (count * num_columns)`` (N,)."""
-    num_rows = logits.shape[0]
-    xp = get_array_module(logits)
-    if mask is None:
-        selected = xp.ones(num_rows, dtype=bool)
-    else:
-        if not is_array(mask) or mask.dtype.kind != "b":
-            kind = mask.dtype if is_array(mask) else type(mask).__name__
-            raise TypeError(
-                f"mask must be a boolean array of shape (N,), got {kind}; from node indices "
-                "idx build it with mask = xp.zeros(N, dtype=bool); mask[idx] = True"
-            )
-        if tuple(mask.shape) != (num_rows,):
-            raise ValueError(f"mask must have shape (N,) = ({num_rows},), got {tuple(mask.shape)}")
-        get_array_module(mask, logits)  # TypeError if the mask is on another backend
-        selected = mask
-    count = int(selected.sum())
-    if count == 0:
-        raise ValueError(
-            "the mask selects no rows, so the mean loss is undefined; check the split "
-            "(an empty training mask?)"
-        )
-    return selected, selected.astype(logits.dtype) / (count * num_columns)
 
 
 def _entry_weights(logits: Any, mask: Any) -> Any:

@@ -49,13 +49,27 @@ POOL_REDUCTIONS = ("mean", "sum", "max")
 
 
 class GlobalPoolCache(NamedTuple):
-    """What :meth:`GlobalPool.backward` reads."""
+    """What :meth:`GlobalPool.backward` reads.
 
-    segments: Segments  # the nodes grouped by graph
-    counts: Any  # (G, 1) max(n_g, 1) in x's dtype (mean), or None (sum, max)
-    share: Any  # (N, F) max: 1/t where the node ties t ways for its graph's max, else 0
-    num_features: int  # F, for the cotangent check
-    dtype: Any  # x's dtype, for the cotangent check
+    Attributes
+    ----------
+    segments : Segments
+        The nodes grouped by graph.
+    counts : array or None
+        Mean: ``(G, 1)``, ``max(n_g, 1)`` in ``x``'s dtype; None for sum and max.
+    share : array or None
+        Max: ``(N, F)``, ``1/t`` where the node ties ``t`` ways for its graph's max, else 0.
+    num_features : int
+        ``F``, for the cotangent check.
+    dtype : dtype
+        ``x``'s dtype, for the cotangent check.
+    """
+
+    segments: Segments
+    counts: Any
+    share: Any
+    num_features: int
+    dtype: Any
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,20 @@ def propagation_matrix(weights: Any, rows: Segments, columns: Segments) -> Any:
 
     ``rows = dst, columns = src`` gives the ``A_h`` (forward); ``rows = src, columns = dst``
     their transposes directly in CSR (backward). For one head it is ``A`` itself.
+
+    Parameters
+    ----------
+    weights : array
+        ``(E, H)``, one weight per edge and head.
+    rows : Segments
+        The edges grouped by the side that indexes the rows (``R`` segments).
+    columns : Segments
+        The edges grouped by the side that indexes the columns (``C`` segments).
+
+    Returns
+    -------
+    scipy.sparse.csr_matrix
+        ``(R H, C H)``, on the host (the NumPy backend's path).
     """
     import scipy.sparse as sp
 
@@ -80,9 +94,25 @@ def propagate(h: Any, weights: Any, src: Segments, dst: Segments) -> Any:
 def propagate_backward(
     h: Any, weights: Any, d_out: Any, src: Segments, dst: Segments, h_edges: Any = None
 ) -> tuple[Any, Any]:
-    """Adjoint of :func:`propagate`: returns ``(d_h (N, H, C), d_weights (E, H))``.
+    """Adjoint of :func:`propagate`.
 
-    ``h_edges``, if the caller already has it, is ``gather(h, src)`` (E, H, C).
+    Parameters
+    ----------
+    h : (N, H, C)
+        The forward's source-side features.
+    weights : (E, H)
+        The forward's weights.
+    d_out : (N, H, C)
+        The cotangent of the output.
+    src, dst : Segments
+        The forward's groupings of the edges.
+    h_edges : (E, H, C) or None, default None
+        ``gather(h, src)``, if the caller already has it; None gathers it here.
+
+    Returns
+    -------
+    tuple of array
+        ``(d_h, d_weights)``, ``(N, H, C)`` and ``(E, H)``.
     """
     xp = src.xp
     if h_edges is None:

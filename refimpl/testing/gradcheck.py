@@ -42,12 +42,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from refimpl.backend import get_array_module, is_array, to_numpy
+from refimpl.testing.gradcheck_report import GradCheckReport, TensorError
 from refimpl.testing.tolerances import GRADCHECK_RTOL
 
 __all__ = [
@@ -75,58 +75,29 @@ _STENCILS = {
 }
 
 
-@dataclass(frozen=True)
-class TensorError:
-    """Finite-difference comparison for one tensor."""
-
-    name: str  # "input[0]", "param:W", ...
-    max_abs_error: float
-    max_rel_error: float
-    scale: float  # denominator of the relative error
-    num_checked: int  # entries compared
-    size: int  # entries in the tensor
-
-
-@dataclass
-class GradCheckReport:
-    """Per-tensor errors of one gradient check; ``passed`` is the verdict at ``rtol``."""
-
-    errors: list[TensorError] = field(default_factory=list)
-    eps: float = 1e-6
-    rtol: float = GRADCHECK_RTOL  # the tolerance the check was run for
-    resolution: float = 0.0  # the floor the errors were judged with (module docstring)
-
-    @property
-    def max_rel_error(self) -> float:
-        return max((e.max_rel_error for e in self.errors), default=0.0)
-
-    @property
-    def passed(self) -> bool:
-        """Every tensor's relative error at most ``rtol`` (see :func:`judge_gradient`)."""
-        return self.max_rel_error <= self.rtol
-
-    def by_name(self) -> dict[str, TensorError]:
-        return {e.name: e for e in self.errors}
-
-    def table(self) -> str:
-        """A fixed-width table, one row per tensor."""
-        header = f"{'tensor':<16} {'checked':>11} {'max abs err':>12} {'max rel err':>12}"
-        rows = [header, "-" * len(header)]
-        for e in self.errors:
-            rows.append(
-                f"{e.name:<16} {f'{e.num_checked}/{e.size}':>11} "
-                f"{e.max_abs_error:>12.2e} {e.max_rel_error:>12.2e}"
-            )
-        return "\n".join(rows)
-
-
 def finite_difference_resolution(
     cotangent: Any, out: Any, eps: float = 1e-6, stencil: int = 2
 ) -> float:
-    """The smallest derivative central differences resolve: ``64 u sum|c * out| / eps``.
+    r"""The smallest derivative central differences resolve: $64 u \sum |c \odot out| / eps$.
 
-    The rounding in ``L = <c, out>`` divided by the step, scaled by the stencil's
-    weights (1 for two points, 1.5 for four); see the module docstring.
+    The rounding in $L = \langle c, out \rangle$ divided by the step, scaled by the stencil's
+    weights (1 for two points, 1.5 for four); $u$ is float64's unit roundoff.
+
+    Parameters
+    ----------
+    cotangent : array
+        $c$, the cotangent the check contracts ``out`` with; ``out``'s shape.
+    out : array
+        The block's output at the unperturbed point.
+    eps : float, default 1e-6
+        Central-difference step.
+    stencil : int, default 2
+        Points of the central difference: 2 or 4.
+
+    Returns
+    -------
+    float
+        The resolution, $\ge 0$.
     """
     _check_stencil(stencil)
     xp = get_array_module(out)
@@ -157,6 +128,25 @@ def judge_gradient(
     The floor makes a gradient below the resolution (zero by cancellation) pass with any
     numeric noise under ``resolution`` and fail with more; above it, the error is relative
     to the tensor's largest entry (module docstring).
+
+    Parameters
+    ----------
+    name : str
+        The tensor's name in the report (``"param:W"``).
+    analytic, numeric : array_like
+        The backward's and the finite differences' derivatives at the checked entries,
+        equal in size (any shape; flattened).
+    resolution : float
+        :func:`finite_difference_resolution` of the check.
+    rtol : float, default ``GRADCHECK_RTOL`` (1e-6)
+        The tolerance judged with.
+    size : int or None, default None
+        Entries in the whole tensor, when only some were checked (``None``: all were).
+
+    Returns
+    -------
+    TensorError
+        The tensor's errors; it passes when ``max_rel_error <= rtol``.
     """
     analytic = np.asarray(analytic, dtype=np.float64).reshape(-1)
     numeric = np.asarray(numeric, dtype=np.float64).reshape(-1)
@@ -176,7 +166,18 @@ def judge_gradient(
 
 
 def max_relative_error(actual: Any, expected: Any) -> float:
-    """``max |actual - expected| / max(max |expected|, tiny)``: a normwise relative error."""
+    """``max |actual - expected| / max(max |expected|, tiny)``: a normwise relative error.
+
+    Parameters
+    ----------
+    actual, expected : array
+        Equal shapes, any backend (compared on the host in float64).
+
+    Returns
+    -------
+    float
+        0.0 for empty arrays.
+    """
     a = to_numpy(actual).astype(np.float64)
     b = to_numpy(expected).astype(np.float64)
     if a.shape != b.shape:
@@ -194,6 +195,16 @@ def relative_errors(actual: Mapping[str, Any], expected: Mapping[str, Any]) -> d
     rounding in sums whose terms are on the scale of the whole set, so a
     tensor that is zero by cancellation (and computed as ~1e-17 either way) is
     not judged relative to itself.
+
+    Parameters
+    ----------
+    actual, expected : mapping of str to array
+        The same names, each pair of equal shape, any backend.
+
+    Returns
+    -------
+    dict of str to float
+        Per name, its largest absolute difference over the common scale.
     """
     if set(actual) != set(expected):
         raise ValueError(f"keys differ: {sorted(actual)} vs {sorted(expected)}")
@@ -255,6 +266,8 @@ def check_gradients(
         Keyword arguments for ``forward`` (``training=True``, a fixed dropout
         mask, ...). Anything random must be fixed here: the forward is called
         many times and must be a deterministic function of the perturbed entry.
+    wrt_inputs : sequence of int, optional
+        Positions in ``inputs`` to check; default every float array.
     cotangent : array, optional
         ``c`` in ``L = <c, out>``; drawn standard normal from ``rng`` if omitted.
     rng : numpy.random.Generator, optional

@@ -81,10 +81,18 @@ _SELECTING_REDUCTIONS = ("amax", "amin")  # scatter_reduce's exact reductions
 
 
 class RoundingEstimate(NamedTuple):
-    """A reference's values and, per entry, the magnitude of the terms whose rounding made it."""
+    r"""A reference's values and, per entry, the magnitude of the terms whose rounding made it.
 
-    values: dict[str, np.ndarray]  # the unperturbed run, float64 host copies
-    magnitudes: dict[str, np.ndarray]  # same shapes: max_k |b^(k) - b| / v (module docstring)
+    Attributes
+    ----------
+    values : dict of str to numpy.ndarray
+        The unperturbed run's results, float64 host copies.
+    magnitudes : dict of str to numpy.ndarray
+        Same names and shapes: $\max_k |b^{(k)} - b| / v$ per entry (module docstring).
+    """
+
+    values: dict[str, np.ndarray]
+    magnitudes: dict[str, np.ndarray]
 
 
 def estimate_rounding(

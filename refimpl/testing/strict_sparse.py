@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from refimpl.testing.launch_counts import record
 from refimpl.testing.strict import StrictArray, StrictConversionError
 
 __all__ = ["csr_matrix"]
@@ -89,9 +90,11 @@ class csr_matrix:  # lower case: the name of the class it stands in for
     def __add__(self, other: csr_matrix) -> csr_matrix:
         if not isinstance(other, csr_matrix):
             raise TypeError(f"csr_matrix + {type(other).__name__} is not supported here")
+        record("launches")  # cuSPARSE's sum, one launch as counted (launch_counts)
         return csr_matrix(sp.csr_matrix(self._matrix + other._matrix))
 
     def __matmul__(self, dense: Any) -> StrictArray:
+        record("launches")  # cuSPARSE's product
         return StrictArray(np.asarray(self._matrix @ _device(dense, "@ operand")))
 
     def __repr__(self) -> str:

@@ -34,14 +34,32 @@ __all__ = ["Checkpoint", "atomic_savez", "load_checkpoint", "read_checkpoint", "
 
 
 class Checkpoint(NamedTuple):
-    """What a checkpoint holds (host arrays), as :func:`read_checkpoint` returns it."""
+    """What a checkpoint holds (host arrays), as :func:`read_checkpoint` returns it.
+
+    Attributes
+    ----------
+    params : dict of str to numpy.ndarray
+        Model parameters, keyed as in the model (``param/<name>``).
+    opt_state : dict of str to numpy.ndarray
+        Optimiser state (``opt/<key>``), e.g. ``step``.
+    rng_state : dict
+        ``Generator.bit_generator.state``: ``rng.bit_generator.state = rng_state`` resumes
+        the draws.
+    progress : dict
+        The loop's bookkeeping: epoch, best model.
+    model_state : dict of str to numpy.ndarray
+        State that is not a parameter (BatchNorm's running statistics); empty for a model
+        without state.
+    schedule_state : dict of str to int or float
+        The learning-rate schedule's state, e.g. ``lr``; empty for a run without a schedule.
+    """
 
     params: dict[str, np.ndarray]
     opt_state: dict[str, np.ndarray]
     rng_state: dict[str, Any]
     progress: dict[str, Any]
-    model_state: dict[str, np.ndarray]  # empty for a model without state
-    schedule_state: dict[str, int | float]  # empty for a run without a schedule
+    model_state: dict[str, np.ndarray]
+    schedule_state: dict[str, int | float]
 
 
 def atomic_savez(path: str | os.PathLike, arrays: dict[str, Any]) -> None:
@@ -59,7 +77,26 @@ def save_checkpoint(
     model_state: dict[str, Any] | None = None,
     schedule_state: dict[str, int | float] | None = None,
 ) -> None:
-    """Write one checkpoint (see the module docstring for the layout)."""
+    """Write one checkpoint atomically (see the module docstring for the layout).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The ``.npz`` file written; a checkpoint already there is replaced only once the new
+        one is complete.
+    params : dict of str to array
+        Model parameters, keyed as in the model (any backend; saved as host arrays).
+    opt_state : dict of str to array
+        The optimiser's state (``refimpl.optim``).
+    rng : numpy.random.Generator
+        The run's generator; its ``bit_generator.state`` is saved.
+    progress : dict
+        JSON-serialisable bookkeeping of the loop (epoch, best model).
+    model_state : dict of str to array, optional
+        The model's state that is not a parameter (``model.init_state()``).
+    schedule_state : dict of str to int or float, optional
+        The learning-rate schedule's state (``refimpl.schedules``), saved exactly.
+    """
     arrays: dict[str, Any] = {f"param/{k}": v for k, v in params.items()}
     arrays.update({f"state/{k}": v for k, v in (model_state or {}).items()})
     for key, value in (schedule_state or {}).items():  # Python numbers, held exactly
@@ -73,8 +110,19 @@ def save_checkpoint(
 def load_checkpoint(
     path: str | os.PathLike,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, Any], dict[str, Any]]:
-    """Read a checkpoint: ``(params, opt_state, rng_state, progress)`` (host arrays), checked
-    as :func:`read_checkpoint` checks it; the model state is left out."""
+    """Read a checkpoint's first four fields, checked as :func:`read_checkpoint` checks it.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A checkpoint written by :func:`save_checkpoint`.
+
+    Returns
+    -------
+    tuple
+        ``(params, opt_state, rng_state, progress)`` as in :class:`Checkpoint` (host
+        arrays); the model and schedule state are left out.
+    """
     return read_checkpoint(path)[:4]
 
 
@@ -88,6 +136,16 @@ def read_checkpoint(path: str | os.PathLike) -> Checkpoint:
     rest), ``rng_state`` a state
     NumPy's generator accepts, ``progress`` an epoch count >= 0 with the best epoch before
     it. Anything else is one ``ValueError`` naming the file and the field.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A checkpoint written by :func:`save_checkpoint`.
+
+    Returns
+    -------
+    Checkpoint
+        Every field, as host arrays and Python values.
     """
     path = Path(path)
     arrays = read_npz(path, ValueError, _FIX_HINT, what="checkpoint")

@@ -11,14 +11,29 @@ from typing import Any
 from scipy import stats
 
 from refimpl.files import read_npz
-from refimpl.train.loop import RunResult, TrainConfig, train_model
+from refimpl.train.config import RunResult, TrainConfig
+from refimpl.train.loop import train_model
 from refimpl.train.run_folder import read_json, write_json
 
 __all__ = ["finished_run", "format_summary", "mean_ci95", "run_seeds", "summarize"]
 
 
 def mean_ci95(values: Sequence[float]) -> tuple[float, float | None]:
-    """Mean and the half-width of its 95% Student-t interval (``None`` for one value)."""
+    r"""Mean and the half-width of its 95% Student-t interval.
+
+    Parameters
+    ----------
+    values : sequence of float
+        At least one value (the per-seed results).
+
+    Returns
+    -------
+    mean : float
+        Their mean.
+    half_width : float or None
+        $t_{0.975, n-1} \, s / \sqrt{n}$ for $n$ values of standard deviation $s$;
+        ``None`` for one value.
+    """
     mean = statistics.fmean(values)
     if len(values) < 2:
         return mean, None
@@ -27,7 +42,20 @@ def mean_ci95(values: Sequence[float]) -> tuple[float, float | None]:
 
 
 def summarize(results: Sequence[RunResult]) -> dict[str, Any]:
-    """Mean +- 95% CI over seeds of the test accuracy at the best validation epoch."""
+    """Mean +- 95% CI over seeds of the test accuracy at the best validation epoch.
+
+    Parameters
+    ----------
+    results : sequence of RunResult
+        One per seed, at least one.
+
+    Returns
+    -------
+    dict
+        ``test_acc_mean``, ``test_acc_ci95``, ``val_acc_mean``, ``val_acc_ci95``
+        (:func:`mean_ci95`; the interval ``None`` for one seed), ``epochs_to_best_mean``
+        (mean of ``best_epoch + 1``) and ``runs``, one dict per seed.
+    """
     test_mean, test_ci = mean_ci95([r.test_acc for r in results])
     val_mean, val_ci = mean_ci95([r.val_acc for r in results])
     return {
@@ -65,16 +93,38 @@ def run_seeds(
 ) -> dict[str, Any]:
     """Train once per seed and summarise; with several seeds each gets ``seed{k}/`` in ``out_dir``.
 
-    ``report(result, earlier)``, if given, is called as each seed's run ends (``earlier``:
-    it had finished before and was read back), so a caller can show it at once.
+    Parameters
+    ----------
+    build_model : callable
+        ``() -> model``: a fresh model for each seed.
+    dataset : NodeDataset or callable
+        The data, or a function ``seed -> NodeDataset`` (a split per seed).
+    config : TrainConfig
+        How to train; its ``seed`` is replaced by each of ``seeds``.
+    seeds : sequence of int
+        Distinct seeds, one run each.
+    out_dir : str or pathlib.Path, optional
+        The run folder: the runs (in ``seed{k}/`` with several seeds) and ``summary.json``.
+        ``None``: nothing is written.
+    progress : bool, default False
+        A progress bar per run, labelled with its seed.
+    backend : {"numpy", "cupy", "strict"} or None, default None
+        Where the runs compute, as in :func:`~refimpl.train.loop.train_model`.
+    resume : bool, default False
+        Continue the runs already in ``out_dir`` (opened by
+        :func:`refimpl.train.run_folder.open_run_folder`): a seed that finished is read back
+        (``summary.json`` and ``final.npz``), one with a ``checkpoint.npz`` continues from
+        it, any other starts again (the same seed gives the same run).
+    extra : dict, optional
+        Stored in ``summary.json`` under ``"config"`` (what was run, for the record).
+    report : callable, optional
+        ``report(result, earlier)``, called as each seed's run ends (``earlier``: it had
+        finished before and was read back), so a caller can show it at once.
 
-    ``dataset``: a ``NodeDataset``, or a function ``seed -> NodeDataset`` (a split per seed).
-
-    ``resume``: continue the runs already in ``out_dir`` (opened by
-    :func:`refimpl.train.run_folder.open_run_folder`): a seed that finished is read back
-    (``summary.json`` and ``final.npz``), one with a ``checkpoint.npz`` continues from it,
-    any other starts again (the same seed gives the same run). ``extra`` is stored in
-    ``summary.json`` under ``"config"`` (what was run, for the record).
+    Returns
+    -------
+    dict
+        :func:`summarize` of the runs, with ``"config"`` when ``extra`` is given.
     """
     if len(set(seeds)) != len(seeds):
         raise ValueError(
@@ -137,8 +187,22 @@ def finished_run(run_dir: Path, config: TrainConfig) -> RunResult | None:
 
 
 def format_summary(summary: dict[str, Any], metric: str = "accuracy") -> str:
-    """The per-seed table and the mean +- 95% CI line; ``metric`` names what ``val_acc`` and
-    ``test_acc`` hold (``"ROC-AUC"`` for multi-label data)."""
+    """The per-seed table and the mean +- 95% CI line.
+
+    Parameters
+    ----------
+    summary : dict
+        What :func:`summarize` (or :func:`run_seeds`) returned.
+    metric : str, default "accuracy"
+        What ``val_acc`` and ``test_acc`` hold, named in the header and the last line
+        (``"ROC-AUC"`` for multi-label data).
+
+    Returns
+    -------
+    str
+        One row per seed (epochs to best, validation and test metric, epochs run), then
+        the test metric's mean and interval and the mean epochs to best.
+    """
     # "epochs to best" counts epochs, as the summary line does: the best validation came
     # after best_epoch + 1 epochs (best_epoch is log.jsonl's 0-based "epoch" index)
     short = "acc" if metric == "accuracy" else metric

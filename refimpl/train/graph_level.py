@@ -33,7 +33,6 @@ Positional encodings are computed once per dataset (``laplacian_pe``).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,13 +43,12 @@ from refimpl.data.graph_batch import GraphBatch, collate
 from refimpl.data.graph_dataset import GraphDataset
 from refimpl.data.pointers import index_ranges
 from refimpl.data.positional import laplacian_pe, random_sign_flip, random_walk_pe
-from refimpl.fields import check_bool, check_nonnegative_int, check_nonnegative_number
 from refimpl.metrics import roc_auc
 from refimpl.nn.transformer.san_lpe import eigenpairs_padded
-from refimpl.ops.losses import BCEWithLogits, L1Loss, MSELoss
 from refimpl.optim import make_optimizer
-from refimpl.schedules import check_schedule, with_lr
+from refimpl.schedules import with_lr
 from refimpl.train.checkpoint import atomic_savez, save_checkpoint
+from refimpl.train.config import LOSSES, GraphRunResult, GraphTrainConfig
 from refimpl.train.guards import (
     check_gradients,
     checked_backward,
@@ -64,84 +62,6 @@ from refimpl.train.run_folder import write_json
 from refimpl.train.run_lock import run_folder_lock
 
 __all__ = ["GraphRunResult", "GraphTrainConfig", "train_graph_model"]
-
-LOSSES = {"l1": L1Loss, "mse": MSELoss, "bce": BCEWithLogits}
-PE_KINDS = ("laplacian", "random-walk", "learned-laplacian")
-
-
-@dataclass(frozen=True)
-class GraphTrainConfig:
-    """How to train a graph-level model; the model and the data are passed separately."""
-
-    epochs: int = 100
-    batch_size: int = 64  # graphs per step
-    lr: float = 1e-3  # Adam; Dwivedi & Bresson's GT on ZINC
-    weight_decay: float = 0.0
-    loss: str | None = None  # None: "l1" for regression (ZINC's MAE), "bce" for multi-label
-    seed: int = 0
-    sign_flip: bool = True  # flip the Laplacian encodings' signs at random in training
-    # the positional encodings computed for the model's pe_dim (or lpe_eigenpairs) columns:
-    # "laplacian" eigenvectors, "random-walk" return probabilities, or "learned-laplacian",
-    # the padded eigenpairs SAN's learned encoding reads
-    pe: str = "laplacian"
-    checkpoint_every: int = 0  # epochs between checkpoints; 0: none
-    dtype: str = "float64"  # training precision ("float32" is about twice as fast)
-    eval_batch_size: int = 512  # graphs per evaluation forward (memory only)
-    # a learning-rate schedule (refimpl.schedules), stepped once per epoch: ReduceLROnPlateau
-    # on the validation metric (MAE: mode "min"; ROC-AUC: "max"), or MultiStepLR
-    schedule: Any = None
-    stop_below_lr: float | None = None  # end the run once the rate falls below (the study's)
-
-    def __post_init__(self) -> None:
-        """Each field checked here, in one line naming it, not when training meets it (after
-        the positional encodings are computed)."""
-        for name in ("epochs", "batch_size", "eval_batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"GraphTrainConfig {name} must be a positive int, got {value!r}")
-        check_nonnegative_number(self.lr, "GraphTrainConfig lr", allow_zero=False)
-        check_nonnegative_number(self.weight_decay, "GraphTrainConfig weight_decay")
-        if self.loss not in (None, *LOSSES):
-            raise ValueError(
-                f"GraphTrainConfig loss must be None or one of {sorted(LOSSES)}, got {self.loss!r}"
-            )
-        check_nonnegative_int(self.seed, "GraphTrainConfig seed")  # default_rng([seed, k])
-        if self.pe not in PE_KINDS:
-            raise ValueError(f"GraphTrainConfig pe must be one of {PE_KINDS}, got {self.pe!r}")
-        object.__setattr__(
-            self, "sign_flip", check_bool(self.sign_flip, "GraphTrainConfig sign_flip")
-        )
-        check_nonnegative_int(self.checkpoint_every, "GraphTrainConfig checkpoint_every")
-        check_schedule(self.schedule, "epoch", "GraphTrainConfig")
-        if self.stop_below_lr is not None:
-            check_nonnegative_number(self.stop_below_lr, "GraphTrainConfig stop_below_lr")
-            if self.schedule is None:
-                raise ValueError(
-                    "GraphTrainConfig stop_below_lr needs a schedule to lower the rate"
-                )
-        if self.dtype not in ("float32", "float64"):
-            raise ValueError(
-                f"GraphTrainConfig dtype must be 'float32' or 'float64', got {self.dtype!r}"
-            )
-
-
-@dataclass
-class GraphRunResult:
-    """Outcome of one run (one seed); ``metric`` is "mae" (lower is better) or "roc_auc"."""
-
-    seed: int
-    metric: str
-    best_epoch: int  # 0-based epoch with the best validation metric
-    val_metric: float  # at best_epoch
-    test_metric: float  # at best_epoch
-    epochs_run: int
-    final_train_loss: float
-    params: dict[str, Any] = field(repr=False)  # final parameters
-    # final state beside them (BatchNorm's running statistics); empty for a model without
-    model_state: dict[str, Any] = field(default_factory=dict, repr=False)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if k not in ("params", "model_state")}
 
 
 class _Split:
@@ -247,13 +167,36 @@ def train_graph_model(
     resume: str | Path | None = None,
     progress: bool = False,
 ) -> GraphRunResult:
-    """Train ``model`` (a graph-level model such as ``refimpl.models.GraphTransformer``) on
-    ``train``, selecting on ``val``; see the module docstring. ``out_dir`` receives
-    ``log.jsonl``, ``final.npz`` (and ``final_state.npz`` for a model with state),
-    ``summary.json`` and, with ``checkpoint_every``,
-    ``checkpoint.npz``, which ``resume`` continues from (written training on the same
-    splits: :func:`refimpl.train.resume.data_fingerprint`). ``out_dir`` is locked for the run
-    (:func:`refimpl.train.run_lock.run_folder_lock`): another process writing it is refused."""
+    """Train a graph-level model on ``train``, selecting on ``val``; see the module docstring.
+
+    Parameters
+    ----------
+    model : GraphTransformer or a model with its interface
+        A graph-level model (``refimpl.models.GraphTransformer``): ``init_params``,
+        ``forward`` and ``backward`` over a batch of graphs, ``pe_dim`` or
+        ``lpe_eigenpairs``, ``edge_dim``.
+    train, val, test : GraphDataset
+        The splits; ``train`` must hold a graph with an observed label. ``val`` may be
+        empty (the last epoch is then selected).
+    config : GraphTrainConfig
+        How to train.
+    out_dir : str or pathlib.Path, optional
+        The run folder, locked for the run (:func:`refimpl.train.run_lock.run_folder_lock`:
+        another process writing it is refused). It receives ``log.jsonl``, ``final.npz``
+        (and ``final_state.npz`` for a model with state), ``summary.json`` and, with
+        ``checkpoint_every``, ``checkpoint.npz``. ``None``: nothing is written.
+    resume : str or pathlib.Path, optional
+        A ``checkpoint.npz`` to continue from, written training on the same splits
+        (:func:`refimpl.train.resume.data_fingerprint`); the run then ends bit-identical to
+        one never interrupted.
+    progress : bool, default False
+        A tqdm bar over the epochs (needs tqdm), off where the output is no terminal.
+
+    Returns
+    -------
+    GraphRunResult
+        The metric at the best validation epoch and the final parameters.
+    """
     if len(train) == 0:
         raise ValueError("the training split holds no graph; there is nothing to fit")
     if train.y_mask is not None and not train.y_mask.any():

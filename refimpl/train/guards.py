@@ -36,9 +36,11 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from refimpl.backend import get_array_module
 from refimpl.optim import NonFiniteUpdate
-from refimpl.validation import NonFiniteError, all_finite
+from refimpl.validation import NonFiniteError, all_finite, finite_queues
 
 __all__ = [
     "LOSS_FLOOR",
@@ -47,6 +49,7 @@ __all__ = [
     "check_gradients",
     "checked_backward",
     "checked_step",
+    "deferred_step",
     "first_non_finite",
     "layer_of",
     "loss_of_zero_output",
@@ -72,6 +75,49 @@ def first_non_finite(arrays: dict[str, Any]) -> str | None:
         if not all_finite(value):
             return name
     return None
+
+
+def deferred_step(step: Callable[[], Any], rng: Any = None) -> Any:
+    """``step()`` (a training step: forward, loss, backward, optimiser step and the guards
+    above) with its finiteness checks deferred on a device backend: each queues a sum
+    instead of reading it (:func:`refimpl.validation.all_finite`), and all are read at the
+    end in one sync. When one is not finite, or the step raised on the way (a non-finite
+    value met before its check was read), the step runs again on the checked path from the
+    same state of ``rng`` (its dropout generator), raising the error a checked step raises.
+    The step must be pure apart from ``rng``. A finite array whose sum overflows costs a
+    rerun (the checked path looks entry by entry). On NumPy nothing is deferred."""
+    if rng is not None and not isinstance(rng, np.random.Generator):
+        return step()  # a generator whose state cannot be restored: checked as it goes
+    saved = None if rng is None else rng.bit_generator.state
+    queues = finite_queues()
+    queues.append([])
+    try:
+        result = step()
+        passed = _queue_passes(queues[-1])
+    except Exception:
+        if not queues[-1]:  # no check was deferred yet: the checked path raises this too
+            raise
+        passed = False  # rerun below: the checked path names what went wrong first
+    finally:
+        queues.pop()
+    if passed:
+        return result
+    if rng is not None:
+        rng.bit_generator.state = saved
+    return step()
+
+
+def _queue_passes(queue: list[Any]) -> bool:
+    """Every float sum in ``queue`` is finite and every integer flag 0: one device read."""
+    if not queue:
+        return True
+    xp = get_array_module(*queue)
+    sums = [value for value in queue if value.dtype.kind == "f"]
+    flags = [value.reshape(-1) for value in queue if value.dtype.kind != "f"]
+    passes = xp.isfinite(xp.stack(sums)).all() if sums else xp.asarray(True)
+    if flags:
+        passes = passes & (xp.concatenate(flags) == 0).all()
+    return bool(passes)
 
 
 def checked_forward(model: Any, params: dict, epoch: int, *inputs: Any, **kwargs: Any) -> tuple:
@@ -157,7 +203,12 @@ def checked_step(
             f"epoch {epoch}: the update made {layer_of(bad)} non-finite ({bad}); "
             "lower the learning rate"
         ) from err
-    if all(_unchanged(new_params[name], params[name]) for name in params):
+    xp = get_array_module(*params.values())
+    queues = finite_queues() if xp is not np else None
+    if queues and params:  # deferred on a device: "no parameter changed" as one more flag
+        same = [xp.array_equal(new_params[name], params[name]) for name in params]
+        queues[-1].append(xp.stack(same).all())  # set: the checked rerun decides
+    elif all(_unchanged(new_params[name], params[name]) for name in params):
         moving = next((name for name, g in grads.items() if _largest_magnitude(g) > 0), None)
         if moving is not None:
             raise TrainingDiverged(

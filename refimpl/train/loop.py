@@ -47,7 +47,6 @@ is nothing to fit), written as ``null`` in the strict-JSON log.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,96 +60,22 @@ from refimpl.diagnostics import (
     grad_norms,
     relative_grad_norms,
 )
-from refimpl.fields import (
-    check_bool,
-    check_choice,
-    check_nonnegative_int,
-    check_nonnegative_number,
-    check_positive_int,
-)
-from refimpl.init import INITIALISERS
 from refimpl.metrics import accuracy, roc_auc
 from refimpl.ops.losses import BCEWithLogits, SoftmaxCrossEntropy
-from refimpl.optim import OPTIMIZERS, make_optimizer
-from refimpl.schedules import check_schedule, with_lr
+from refimpl.optim import make_optimizer
+from refimpl.schedules import with_lr
 from refimpl.train.checkpoint import atomic_savez, save_checkpoint
-from refimpl.train.guards import (
-    TrainingDiverged,
-    check_gradients,
-    checked_backward,
-    checked_forward,
-    checked_step,
-    loss_of_zero_output,
-)
+from refimpl.train.config import RunResult, TrainConfig
+from refimpl.train.guards import TrainingDiverged, checked_forward, deferred_step
 from refimpl.train.node_data import label_masks, node_batches
+from refimpl.train.node_step import node_step
 from refimpl.train.records import strict_json
 from refimpl.train.resume import data_fingerprint, diagnostic_baselines, restore_run, truncate_log
 from refimpl.train.run_folder import write_json
 from refimpl.train.run_lock import run_folder_lock
-from refimpl.validation import all_finite, check_sparse_input
+from refimpl.validation import check_sparse_input
 
 __all__ = ["RunResult", "TrainConfig", "TrainingDiverged", "relative_grad_norms", "train_model"]
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """How to train; the model and the data are passed separately."""
-
-    epochs: int = 200
-    optimizer: str = "adam"  # "adam" (PyTorch semantics) or "sgd" (plain gradient descent)
-    lr: float = 0.005  # GAT paper, Cora
-    weight_decay: float = 0.0  # L2, added to the gradient (both papers' experiments)
-    loss_threshold: float | None = None  # stop once the training loss is below it
-    checkpoint_every: int = 0  # epochs between checkpoints; 0: none
-    seed: int = 0
-    init: str = "xavier"  # initialisation scheme of the model
-    diagnostics: bool = False  # log GAT-balance's balancedness and conservation residual
-    batch_size: int | None = None  # None: full batch; else random node partitions per epoch
-    batch_nodes: str = "all"  # batches of "all" nodes, or of the "train" nodes (main-batch.py)
-    schedule: Any = None  # a refimpl.schedules configuration (MultiStepLR, ReduceLROnPlateau)
-    schedule_every: str = "epoch"  # step the schedule per "epoch" or per "batch" (optimiser step)
-
-    def __post_init__(self) -> None:
-        """Each field checked here, in one line naming it, not when training meets it."""
-        check_positive_int(self.epochs, "TrainConfig epochs")
-        if not (isinstance(self.optimizer, str) and self.optimizer.lower() in OPTIMIZERS):
-            raise ValueError(
-                f"TrainConfig optimizer must be one of {', '.join(map(repr, OPTIMIZERS))}, "
-                f"got {self.optimizer!r}"
-            )
-        check_nonnegative_number(self.lr, "TrainConfig lr", allow_zero=False)
-        check_nonnegative_number(self.weight_decay, "TrainConfig weight_decay")
-        if self.loss_threshold is not None:  # a loss is >= 0: below a negative one never
-            check_nonnegative_number(self.loss_threshold, "TrainConfig loss_threshold")
-        check_nonnegative_int(self.checkpoint_every, "TrainConfig checkpoint_every")
-        check_nonnegative_int(self.seed, "TrainConfig seed")  # default_rng([seed, k])
-        check_choice(self.init, INITIALISERS, "TrainConfig init")
-        object.__setattr__(
-            self, "diagnostics", check_bool(self.diagnostics, "TrainConfig diagnostics")
-        )
-        size = self.batch_size
-        if size is not None and (type(size) is not int or size < 1):  # a bool is refused too
-            raise ValueError(f"TrainConfig batch_size must be None or a positive int, got {size!r}")
-        check_choice(self.batch_nodes, ("all", "train"), "TrainConfig batch_nodes")
-        if self.batch_nodes == "train" and self.batch_size is None:
-            raise ValueError("TrainConfig batch_nodes='train' cuts batches: set batch_size too")
-        check_schedule(self.schedule, self.schedule_every, "TrainConfig")
-
-
-@dataclass
-class RunResult:
-    """Outcome of one run (one seed)."""
-
-    seed: int
-    best_epoch: int  # 0-based epoch with the best validation accuracy
-    val_acc: float  # at best_epoch
-    test_acc: float  # at best_epoch
-    epochs_run: int
-    final_train_loss: float
-    params: dict[str, Any] = field(repr=False)  # final parameters
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if k != "params"}
 
 
 def train_model(
@@ -165,17 +90,36 @@ def train_model(
 ) -> RunResult:
     """Train ``model`` on ``dataset`` (a ``refimpl.data.NodeDataset``); see the module docstring.
 
-    ``out_dir`` receives ``log.jsonl``, ``final.npz``, ``summary.json`` and, with
-    ``checkpoint_every``, ``checkpoint.npz``. With ``config.diagnostics`` each log
-    line also holds ``balancedness`` and ``conservation`` (per hidden layer), and
-    the run writes ``initial.npz``, ``best.npz`` (the parameters at the best
-    validation epoch) and ``changes.json``: per layer, the fraction of parameters
-    whose change exceeds 0, 0.05 and 0.5 (``refimpl.diagnostics.fraction_changed``).
-    ``resume`` continues from such a checkpoint, which must have been written training on
-    the same data (:func:`refimpl.train.resume.data_fingerprint`). The dtype of
-    ``dataset.x`` sets the training precision. ``progress``: a tqdm bar per epoch; a string
-    labels it ("seed 3"). ``out_dir`` is locked for the run
-    (:func:`refimpl.train.run_lock.run_folder_lock`): another process writing it is refused.
+    Parameters
+    ----------
+    model : GAT, NodeFormer or a model with their interface
+        A node classifier: ``init_params``, ``forward(params, x, graph, ...)``, ``backward``.
+    dataset : NodeDataset
+        Features, labels, graph and masks; the dtype of ``dataset.x`` sets the training
+        precision, and ``train_mask`` must select a node.
+    config : TrainConfig
+        How to train.
+    out_dir : str or pathlib.Path, optional
+        The run folder, locked for the run (:func:`refimpl.train.run_lock.run_folder_lock`:
+        another process writing it is refused). It receives ``log.jsonl``, ``final.npz``,
+        ``summary.json`` and, with ``checkpoint_every``, ``checkpoint.npz``. With
+        ``config.diagnostics`` each log line also holds ``balancedness`` and
+        ``conservation`` (per hidden layer), and the run writes ``initial.npz``,
+        ``best.npz`` (the parameters at the best validation epoch) and ``changes.json``:
+        per layer, the fraction of parameters whose change exceeds 0, 0.05 and 0.5
+        (``refimpl.diagnostics.fraction_changed``). ``None``: nothing is written.
+    resume : str or pathlib.Path, optional
+        A ``checkpoint.npz`` to continue from, written training on the same data
+        (:func:`refimpl.train.resume.data_fingerprint`).
+    progress : bool or str, default False
+        A tqdm bar per epoch; a string labels it (``"seed 3"``).
+    backend : {"numpy", "cupy", "strict"} or None, default None
+        Where the run computes (the data is moved there); ``None``: the global backend.
+
+    Returns
+    -------
+    RunResult
+        The accuracies at the best validation epoch and the final parameters.
     """
     if out_dir is None:
         return _train(model, dataset, config, None, resume, progress, backend)
@@ -219,6 +163,10 @@ def _train(
     loss_block = BCEWithLogits() if multi_label else SoftmaxCrossEntropy()
     if multi_label:
         y = y.astype(x.dtype)
+    # the full batch's loss rows and label checks, made once for the run, not every step
+    full_batch_targets, full_batch_count = scored["train"], int(scored["train"].sum())
+    if not multi_label and hasattr(model, "out_channels"):
+        full_batch_targets = loss_block.select(y, scored["train"], model.out_channels, x.dtype)
     optimizer = make_optimizer(config.optimizer, lr=config.lr, weight_decay=config.weight_decay)
 
     params = model.init_params(
@@ -274,30 +222,27 @@ def _train(
         weighted_loss, weighted_auxiliary, weight = 0.0, 0.0, 0
         for batch in batches:
             if batch is None:  # full batch
-                data = (x, y, scored["train"], graph)
+                data, count = (x, y, full_batch_targets, graph), full_batch_count
             else:  # the nodes of one batch and the edges among them (NodeFormer Sec. 4.2)
                 rows = asarray(batch, backend=x_backend)
                 data = (x[rows], y[rows], scored["train"][rows], graph.subgraph(batch))
                 if not bool(data[2].any()):
                     continue  # no training node (observed label): nothing to fit
-            # 1-2 forward in training mode, loss on the training nodes
-            if reused is None:
-                kwargs = {"training": True, "rng": dropout_rng}
-                reused = checked_forward(model, params, epoch, data[0], data[3], **kwargs)
-            logits, cache = reused
-            reused = None
-            # 3 backward, 4 optimiser step
-            step_loss, auxiliary, grads = _gradients(
-                model, params, cache, logits, data, loss_block, epoch
-            )
-            count = int(data[2].sum())
-            weighted_loss, weight = weighted_loss + step_loss * count, weight + count
-            weighted_auxiliary += auxiliary * count
-            step_params, step_grads = params, grads  # the epoch's last step is logged
+                count = int(data[2].sum())
             if schedule is not None:  # the rate is the optimiser's only field a schedule sets
                 step_lr = schedule_state["lr"]
                 optimizer = with_lr(optimizer, step_lr)
-            params, opt_state = checked_step(optimizer, params, grads, opt_state, epoch)
+            # 1-4 forward in training mode, loss, backward, optimiser step; on a device every
+            # finiteness check of the step is read at once, at its end (guards.deferred_step)
+            step = (model, params, opt_state, optimizer, reused, data, loss_block, epoch)
+            step_loss, auxiliary, grads, updated = deferred_step(
+                lambda step=step: node_step(*step, dropout_rng), dropout_rng
+            )
+            reused = None
+            weighted_loss, weight = weighted_loss + step_loss * count, weight + count
+            weighted_auxiliary += auxiliary * count
+            step_params, step_grads = params, grads  # the epoch's last step is logged
+            params, opt_state = updated
             if schedule is not None and config.schedule_every == "batch":
                 schedule_state = schedule.step(schedule_state)
         train_loss = weighted_loss / weight
@@ -378,30 +323,6 @@ def _train(
             }
             write_json(out / "changes.json", changed)
     return result
-
-
-def _gradients(
-    model: Any, params: dict, cache: Any, logits: Any, data: tuple, loss_block: Any, epoch: int
-) -> tuple[float, float, dict]:
-    """The training loss (supervised plus the model's auxiliary loss, if any), the auxiliary
-    loss alone (0 without one) and the gradients of every parameter, or
-    :class:`TrainingDiverged` naming the first non-finite one or a loss grown past
-    :mod:`refimpl.train.guards`' rule."""
-    _, y, train_mask, _ = data
-    if not all_finite(logits):
-        last = getattr(model, "num_layers", 1) - 1
-        raise TrainingDiverged(
-            f"epoch {epoch}: the logits (output of layer{last}) became non-finite"
-        )
-    loss, loss_cache = loss_block.forward({}, logits, y, train_mask)
-    auxiliary_loss = getattr(model, "auxiliary_loss", None)
-    auxiliary = auxiliary_loss(cache) if auxiliary_loss is not None else 0.0
-    train_loss = float(loss) + auxiliary
-    d_logits, _ = loss_block.backward({}, loss_cache, 1.0)
-    grads = checked_backward(model, params, cache, d_logits, epoch)
-    zero_output = loss_of_zero_output(loss_block, logits, y, train_mask)
-    check_gradients(train_loss, grads, epoch, zero_output)
-    return train_loss, auxiliary, grads
 
 
 def _balance_record(params: dict, grads: dict) -> dict[str, Any]:

@@ -362,3 +362,21 @@ def test_bound_holds_exactly_when_attained(d: int, seed: int) -> None:
 def test_lipschitz_norm_refuses_a_negative_alpha(alpha: float) -> None:
     with pytest.raises(ValueError, match="alpha must be >= 0"):
         lipschitz_norm(np.ones((1, 2)), np.ones((2, 2)), np.ones((2, 1)), alpha)
+
+
+def test_the_pair_product_backward_takes_an_int_branch_on_a_device_backend() -> None:
+    # proofs_check --backend cupy stopped here: transformer_norm caches the branch as a
+    # Python int, branch == pair is then a Python bool, and cupy.where calls .astype on its
+    # condition. The strict stand-in's where accepted a bool (NumPy's does), so no CPU test
+    # saw it; it now refuses one as CuPy does.
+    from refimpl.backend import asarray, to_numpy, use_backend
+    from refimpl.nn.lipschitz.score_norms import largest_pair_product_backward
+    from refimpl.testing import strict
+    from refimpl.testing.strict import StrictConversionError
+
+    with use_backend("strict"):
+        norms = tuple(asarray(np.array(v)) for v in (2.0, 3.0, 5.0))
+        d = largest_pair_product_backward(norms, 2, asarray(np.array(1.0)))  # v w won
+        assert [float(to_numpy(g)) for g in d] == [0.0, 5.0, 3.0]
+        with pytest.raises(StrictConversionError, match=r"pass xp\.asarray"):
+            strict.where(2 == 2, norms[0], 0)

@@ -1,0 +1,73 @@
+"""One step of the node-level training loop (:func:`refimpl.train.loop.train_model`, its steps
+1-4): the training forward, the loss and its gradients with the divergence guards, the
+optimiser's update.
+
+:func:`node_step` runs inside :func:`refimpl.train.guards.deferred_step`, so on a device every
+finiteness check of the step is read once, at its end (a failed one reruns the step on the
+checked path, which raises the same error).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from refimpl.train.guards import (
+    TrainingDiverged,
+    check_gradients,
+    checked_backward,
+    checked_forward,
+    checked_step,
+    loss_of_zero_output,
+)
+from refimpl.validation import all_finite
+
+__all__ = ["node_gradients", "node_step"]
+
+
+def node_step(
+    model: Any,
+    params: dict,
+    opt_state: Any,
+    optimizer: Any,
+    reused: tuple | None,
+    data: tuple,
+    loss_block: Any,
+    epoch: int,
+    rng: np.random.Generator,
+) -> tuple[float, float, dict, tuple]:
+    """Steps 1-4 on one batch: ``(loss, auxiliary loss, gradients, (params, opt_state))``
+    after the update; ``reused``: the training forward already made (none drawn: the last
+    evaluation forward), else made here with dropout from ``rng``."""
+    if reused is None:
+        reused = checked_forward(model, params, epoch, data[0], data[3], training=True, rng=rng)
+    logits, cache = reused
+    step_loss, auxiliary, grads = node_gradients(
+        model, params, cache, logits, data, loss_block, epoch
+    )
+    return step_loss, auxiliary, grads, checked_step(optimizer, params, grads, opt_state, epoch)
+
+
+def node_gradients(
+    model: Any, params: dict, cache: Any, logits: Any, data: tuple, loss_block: Any, epoch: int
+) -> tuple[float, float, dict]:
+    """The training loss (supervised plus the model's auxiliary loss, if any), the auxiliary
+    loss alone (0 without one) and the gradients of every parameter, or
+    :class:`TrainingDiverged` naming the first non-finite one or a loss grown past
+    :mod:`refimpl.train.guards`' rule."""
+    _, y, train_mask, _ = data
+    if not all_finite(logits):
+        last = getattr(model, "num_layers", 1) - 1
+        raise TrainingDiverged(
+            f"epoch {epoch}: the logits (output of layer{last}) became non-finite"
+        )
+    loss, loss_cache = loss_block.forward({}, logits, y, train_mask)
+    auxiliary_loss = getattr(model, "auxiliary_loss", None)
+    auxiliary = auxiliary_loss(cache) if auxiliary_loss is not None else 0.0
+    train_loss = float(loss) + auxiliary
+    d_logits, _ = loss_block.backward({}, loss_cache, 1.0)
+    grads = checked_backward(model, params, cache, d_logits, epoch)
+    zero_output = loss_of_zero_output(loss_block, logits, y, train_mask)
+    check_gradients(train_loss, grads, epoch, zero_output)
+    return train_loss, auxiliary, grads
