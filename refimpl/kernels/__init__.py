@@ -8,6 +8,7 @@ and its BLAS limit), :mod:`~refimpl.kernels.limits` (the largest count they inde
 1``), and the CUDA kernels with their host twins: :mod:`~refimpl.kernels.device_sums` (segment
 sums in a fixed order) and :mod:`~refimpl.kernels.gat_fused` (GATv1's attention and aggregation
 fused over CSR rows, twin :mod:`~refimpl.kernels.gat_fused_twin`), and
-:mod:`~refimpl.kernels.adam` (Adam's update as one kernel). They import only
-:mod:`refimpl.backend`.
+:mod:`~refimpl.kernels.gat_fused_scores` and :mod:`~refimpl.kernels.elu_fused` (the score
+halves' gradient and ELU), and :mod:`~refimpl.kernels.adam` (Adam's update as one kernel). They
+import only :mod:`refimpl.backend`.
 """

@@ -253,9 +253,26 @@ def fused_backward(
     """B3-B1 on CuPy arrays: ``(d_h_src (N_src, H, C), d_score_src (N_src, H),
     d_score_dst (N_dst, H))``, the aggregation's and the score halves' gradients.
 
-    ``edges = (src, dst)`` (E,) each, ``csrs`` the edges grouped by target and by source
-    (:meth:`Segments.csr_structure`); the other arguments as :func:`fused_forward`'s, with
-    ``d_out (N_dst, H, C)`` the cotangent of its ``out`` and ``alpha`` its coefficients.
+    Parameters
+    ----------
+    d_out : float array (N_dst, H, C)
+        The cotangent of :func:`fused_forward`'s ``out``.
+    h_src : float array (N_src, H, C)
+        The messages.
+    alpha : float array (E, H)
+        :func:`fused_forward`'s coefficients.
+    score_src, score_dst : float arrays (N_src, H), (N_dst, H)
+        The score's per-node halves.
+    edges : tuple of two int arrays (E,)
+        ``(src, dst)``: each edge's source and target.
+    csrs : tuple of two (order, indptr) pairs
+        The edges grouped by target and by source (:meth:`Segments.csr_structure`).
+    keep : bool array (E, H) or None
+        Attention dropout's keep-mask (None: no dropout).
+    scale : float
+        Dropout's ``1 / (1 - p)``.
+    slope : float
+        LeakyReLU's negative slope.
     """
     import cupy
 

@@ -116,8 +116,29 @@ def backward_targets(
     scale: float,
     slope: float,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``refimpl_gat_backward_targets``: ``(d_pre (E, H), d_score_dst (N_dst, H))`` from
-    ``d_out (N_dst, H, C)``; the other arguments as :func:`forward`'s, ``alpha`` its own."""
+    """``refimpl_gat_backward_targets``: ``(d_pre (E, H), d_score_dst (N_dst, H))``.
+
+    Parameters
+    ----------
+    d_out : float array (N_dst, H, C)
+        The cotangent of :func:`forward`'s ``out``.
+    h_src : float array (N_src, H, C)
+        The messages.
+    alpha : float array (E, H)
+        :func:`forward`'s coefficients.
+    score_src, score_dst : float arrays (N_src, H), (N_dst, H)
+        The score's per-node halves.
+    src : int array (E,)
+        Each edge's source.
+    order, indptr : int arrays (E,), (N_dst + 1,)
+        The edges grouped by target, in item order.
+    keep : bool array (E, H) or None
+        Dropout's keep-mask (None: none).
+    scale : float
+        Dropout's ``1 / (1 - p)``.
+    slope : float
+        LeakyReLU's negative slope.
+    """
     t = alpha.dtype.type
     (num_dst, heads), channels = score_dst.shape, h_src.shape[2]
     scale, slope = t(scale), t(slope)
@@ -163,8 +184,27 @@ def backward_sources(
     scale: float,
     num_src: int,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``refimpl_gat_backward_sources``: ``(d_h_src (N_src, H, C), d_score_src (N_src, H))``;
-    ``order, indptr`` group the edges by source, ``dst`` (E,) is each edge's target."""
+    """``refimpl_gat_backward_sources``: ``(d_h_src (N_src, H, C), d_score_src (N_src, H))``.
+
+    Parameters
+    ----------
+    d_out : float array (N_dst, H, C)
+        The cotangent of :func:`forward`'s ``out``.
+    alpha : float array (E, H)
+        :func:`forward`'s coefficients.
+    d_pre : float array (E, H)
+        :func:`backward_targets`' score gradients.
+    dst : int array (E,)
+        Each edge's target.
+    order, indptr : int arrays (E,), (N_src + 1,)
+        The edges grouped by source, in item order.
+    keep : bool array (E, H) or None
+        Dropout's keep-mask (None: none).
+    scale : float
+        Dropout's ``1 / (1 - p)``.
+    num_src : int
+        ``N_src``, the sources.
+    """
     t = alpha.dtype.type
     heads, channels = alpha.shape[1], d_out.shape[2]
     scale = t(scale)

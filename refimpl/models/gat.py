@@ -14,7 +14,8 @@ PairNorm breaks GAT-balance's conservation law (the rescaling a layer's norm und
 matched by the next layer): balanced initialisation still runs, but its Thm 2.2 no longer
 holds. The residual acts on the dropped input ``d`` (the tensor the attention sees), as PyG's
 ``GATConv(residual=True)`` and DGL's ``GATConv`` do; its weight is zero under every
-initialisation scheme, so a balanced network stays balanced.
+initialisation scheme, so a balanced network stays balanced. Inside
+:func:`refimpl.nn.gat.fused_kernels` a device backend runs the layers' fused kernels and ELU's.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from refimpl.graph import Graph
 from refimpl.init import INITIALISERS
 from refimpl.models.gat_cache import GATLayerCache, GATModelCache
 from refimpl.nn.gat.conv import GATConv
+from refimpl.nn.gat.fused_path import FusedELU, fused_kernels_on
 from refimpl.nn.norms.pairnorm import PAIRNORM_MODES, PairNorm
 from refimpl.nn.overflow import check_overflow
 from refimpl.ops.activations import ACTIVATIONS, get_activation
@@ -376,6 +378,8 @@ class GAT:
         """The activation between layers (Eq. 1's ``phi``)."""
         if self.activation == "leaky_relu":
             return get_activation("leaky_relu", negative_slope=self.activation_slope)
+        if self.activation == "elu" and fused_kernels_on():  # one kernel each way, on a device
+            return FusedELU()
         return get_activation(self.activation)
 
     def _check_noise(self, rng: Any, noise: dict[str, Any] | None) -> dict[str, Any]:

@@ -1,12 +1,14 @@
-"""The fused GAT kernels' CUDA source itself, compiled on the CPU, against its twin, bit for bit.
+"""The fused GAT path's CUDA sources themselves, compiled on the CPU, against their twins.
 
 No GPU is needed: ``g++`` compiles :func:`refimpl.kernels.gat_fused.cuda_sources` (the text
 CuPy compiles for the device) with a few lines standing in for CUDA (``__global__``,
 ``blockIdx``), and each kernel is run once per thread index. ``exp`` is NumPy's, called back
 through ``ctypes``: the twin and the literal layer use NumPy's, the device CUDA's, so a
-libm ``exp`` here would test the libraries, not the kernels. Everything else (index
-arithmetic, loop bounds, the order and precision of each operation) is the source's, so
-the twin (:mod:`refimpl.kernels.gat_fused_twin`) must agree bitwise. Skips without ``g++``.
+libm ``exp`` here would test the libraries, not the kernels (``expm1`` likewise, for ELU).
+Everything else (index arithmetic, loop bounds, the order and precision of each operation) is
+the source's, so the twin (:mod:`refimpl.kernels.gat_fused_twin`) must agree bitwise; so
+must the score halves' backward (:mod:`refimpl.kernels.gat_fused_scores`) and ELU
+(:mod:`refimpl.kernels.elu_fused`) with theirs. Skips without ``g++``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from refimpl.graph import Graph
-from refimpl.kernels import gat_fused
+from refimpl.kernels import elu_fused, gat_fused, gat_fused_scores
 from refimpl.kernels import gat_fused_twin as twin
 from refimpl.kernels.segment import Segments
 from refimpl.testing.strategies import graphs, seeds
@@ -38,11 +40,15 @@ CUDA_ON_THE_CPU = """
 struct refimpl_dim3 { unsigned x; };
 static refimpl_dim3 blockIdx = {0}, blockDim = {1}, threadIdx = {0};
 static REFIMPL_T (*refimpl_exp)(REFIMPL_T);
+static REFIMPL_T (*refimpl_expm1)(REFIMPL_T);
 #define exp(x) refimpl_exp(x)
 #define expf(x) refimpl_exp(x)
-extern "C" void refimpl_thread(unsigned block, REFIMPL_T (*exp_)(REFIMPL_T)) {
+#define expm1(x) refimpl_expm1(x)
+extern "C" void refimpl_thread(unsigned block, REFIMPL_T (*exp_)(REFIMPL_T),
+                               REFIMPL_T (*expm1_)(REFIMPL_T)) {
     blockIdx.x = block;
     refimpl_exp = exp_;
+    refimpl_expm1 = expm1_;
 }
 """
 
@@ -50,11 +56,11 @@ extern "C" void refimpl_thread(unsigned block, REFIMPL_T (*exp_)(REFIMPL_T)) {
 class CompiledSource:
     """The kernels of one dtype's source, run thread by thread (one thread per block)."""
 
-    def __init__(self, folder, dtype: np.dtype) -> None:
+    def __init__(self, folder, dtype: np.dtype, module=gat_fused, stem: str = "gat_fused") -> None:
         self.dtype = dtype
-        name = f"gat_fused_{dtype.name}"
+        name = f"{stem}_{dtype.name}"
         path = folder / f"{name}.cpp"
-        path.write_text(CUDA_ON_THE_CPU + gat_fused.cuda_sources()[name])
+        path.write_text(CUDA_ON_THE_CPU + module.cuda_sources()[name])
         # No -ffast-math and no contraction: every operation rounded to T, as with --fmad=false.
         subprocess.run(
             ["g++", "-O1", "-shared", "-fPIC", "-ffp-contract=off",
@@ -64,10 +70,11 @@ class CompiledSource:
         self.library = ctypes.CDLL(str(path.with_suffix(".so")))
         scalar = SCALARS[dtype]
         self.exp = ctypes.CFUNCTYPE(scalar, scalar)(lambda x: float(np.exp(dtype.type(x))))
+        self.expm1 = ctypes.CFUNCTYPE(scalar, scalar)(lambda x: float(np.expm1(dtype.type(x))))
         self.signatures = {
             kernel: [self._ctype(p) for p in parameters.split(",")]
             for kernel, parameters in re.findall(
-                r'extern "C" __global__ void (\w+)\((.*?)\)', gat_fused.SOURCE, re.DOTALL
+                r'extern "C" __global__ void (\w+)\((.*?)\)', module.SOURCE, re.DOTALL
             )
         }
 
@@ -88,7 +95,7 @@ class CompiledSource:
             for a, t in zip(arguments, types, strict=True)
         ]
         for i in range(threads):
-            self.library.refimpl_thread(ctypes.c_uint(i), self.exp)
+            self.library.refimpl_thread(ctypes.c_uint(i), self.exp, self.expm1)
             function(*values)
 
 
@@ -98,6 +105,18 @@ def compiled(tmp_path_factory) -> dict:
         pytest.skip("g++ is not installed: the kernels' source cannot be compiled on the CPU")
     folder = tmp_path_factory.mktemp("gat_fused")
     return {dtype: CompiledSource(folder, dtype) for dtype in C_TYPES}
+
+
+@pytest.fixture(scope="module")
+def compiled_others(compiled, tmp_path_factory) -> dict:
+    """The score halves' and ELU's sources, by ``(stem, dtype)``."""
+    folder = tmp_path_factory.mktemp("gat_fused_others")
+    modules = {"gat_fused_scores": gat_fused_scores, "elu": elu_fused}
+    return {
+        (stem, dtype): CompiledSource(folder, dtype, module, stem)
+        for stem, module in modules.items()
+        for dtype in C_TYPES
+    }
 
 
 def csr(index: np.ndarray, num_segments: int) -> tuple[np.ndarray, np.ndarray]:
@@ -231,3 +250,84 @@ def test_launchers_give_the_kernels_what_they_declare(compiled, monkeypatch):
         assert_bitwise_equal(d_score_dst, want_d_score_dst)
         assert_bitwise_equal(d_h_src, want_d_h_src)
         assert_bitwise_equal(d_score_src, want_d_score_src)
+
+
+@given(
+    nodes=st.integers(0, 5),
+    heads=st.integers(1, 3),
+    channels=st.integers(1, 4),
+    dtype=st.sampled_from(list(C_TYPES)),
+    seed=seeds(),
+)
+def test_compiled_score_halves_kernel_is_bitwise_its_twin(
+    compiled_others, nodes, heads, channels, dtype, seed
+):
+    rng = np.random.default_rng(seed)
+    d_h = rng.standard_normal((nodes, heads, channels)).astype(dtype)
+    d_score_src, d_score_dst = (rng.standard_normal((nodes, heads)).astype(dtype) for _ in "sd")
+    att_src, att_dst = (rng.standard_normal((heads, channels)).astype(dtype) for _ in "sd")
+    d_h_src, d_h_dst = np.zeros_like(d_h), np.zeros_like(d_h)
+    compiled_others["gat_fused_scores", dtype].launch(
+        "refimpl_gat_score_halves_backward", d_h.size, d_h, d_score_src, d_score_dst, att_src,
+        att_dst, nodes, heads, channels, d_h_src, d_h_dst,
+    )  # fmt: skip
+    want_src, want_dst = gat_fused_scores.score_halves_backward_twin(
+        d_h, d_score_src, d_score_dst, att_src, att_dst
+    )
+    assert_bitwise_equal(d_h_src, want_src)
+    assert_bitwise_equal(d_h_dst, want_dst)
+
+
+@given(
+    size=st.integers(0, 12),
+    alpha=st.sampled_from([1.0, 0.5, 2.0]),
+    dtype=st.sampled_from(list(C_TYPES)),
+    seed=seeds(),
+)
+def test_compiled_elu_kernels_are_bitwise_their_twins(compiled_others, size, alpha, dtype, seed):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(size) * 3).astype(dtype)
+    x[: size // 4] = 0  # the kink itself
+    d_y = rng.standard_normal(size).astype(dtype)
+    source = compiled_others["elu", dtype]
+    y, d_x = np.zeros_like(x), np.zeros_like(x)
+    source.launch("refimpl_elu_forward", size, x, alpha, size, y)
+    source.launch("refimpl_elu_backward", size, x, d_y, alpha, size, d_x)
+    assert_bitwise_equal(y, elu_fused.elu_forward_twin(x, alpha))
+    assert_bitwise_equal(d_x, elu_fused.elu_backward_twin(x, d_y, alpha))
+
+
+def test_the_score_halves_and_elu_launchers_give_the_kernels_what_they_declare(
+    compiled_others, monkeypatch
+):
+    # The CuPy launchers run their real code with ``cupy`` answering from the CPU, as above.
+    fake = types.ModuleType("cupy")
+    for name in ("empty_like", "ascontiguousarray"):
+        setattr(fake, name, getattr(np, name))
+    stems = {"refimpl_elu_forward": "elu", "refimpl_gat_score_halves_backward": "gat_fused_scores"}
+
+    def raw_module(code: str, options: tuple) -> FakeRawModule:
+        stem = next(stem for kernel, stem in stems.items() if kernel in code)
+        sources = {dtype: compiled_others[stem, dtype] for dtype in C_TYPES}
+        return FakeRawModule(sources, code, options)
+
+    fake.RawModule = raw_module
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    for module in (elu_fused, gat_fused_scores):
+        monkeypatch.setattr(module, "_module", functools.cache(module._module.__wrapped__))
+    rng = np.random.default_rng(5)
+    for dtype in C_TYPES:
+        d_h = rng.standard_normal((4, 2, 3)).astype(dtype)
+        halves = [rng.standard_normal((4, 2)).astype(dtype) for _ in "sd"]
+        att = [rng.standard_normal((2, 3)).astype(dtype) for _ in "sd"]
+        found = gat_fused_scores.score_halves_backward(fake, d_h, *halves, *att)
+        wanted = gat_fused_scores.score_halves_backward_twin(d_h, *halves, *att)
+        for got, want in zip(found, wanted, strict=True):
+            assert_bitwise_equal(got, want)
+        x, d_y = d_h[:, 0, :] * 3, d_h[:, 1, :]  # (4, 3), not contiguous
+        assert_bitwise_equal(
+            elu_fused.elu_forward(fake, x, 0.5), elu_fused.elu_forward_twin(x, 0.5)
+        )
+        assert_bitwise_equal(
+            elu_fused.elu_backward(fake, x, d_y, 0.5), elu_fused.elu_backward_twin(x, d_y, 0.5)
+        )

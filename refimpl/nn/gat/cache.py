@@ -6,6 +6,7 @@ from typing import Any, NamedTuple
 
 from refimpl.graph import Graph
 from refimpl.nn.gat import v1, v2
+from refimpl.nn.gat.fused_path import FusedScoreCache
 from refimpl.ops.loop_fill import LoopFillCache
 
 __all__ = ["GATCache"]
@@ -24,14 +25,16 @@ class GATCache(NamedTuple):
         The sources' transform (:mod:`refimpl.nn.gat.transform`).
     h_dst : array, (N_t, H, C)
         The targets'; the same array as ``h_src`` where one map reads one ``x``.
-    score : refimpl.nn.gat.v1.ScoreCache or refimpl.nn.gat.v2.ScoreCache
-        The version's score: its input, LeakyReLU's branch, LipschitzNorm's cache.
+    score : refimpl.nn.gat.v1.ScoreCache, refimpl.nn.gat.v2.ScoreCache or FusedScoreCache
+        The version's score: its input, LeakyReLU's branch, LipschitzNorm's cache; on the
+        fused path (:mod:`refimpl.nn.gat.fused_path`) the score's per-node halves alone.
     alpha : array, (E, H)
         The attention coefficients, before dropout.
     dropout_cache : object
         The attention dropout's cache (its mask, or None outside training).
-    alpha_dropped : array, (E, H)
-        The coefficients the aggregation used.
+    alpha_dropped : array, (E, H) or None
+        The coefficients the aggregation used; None on the fused path (the kernel applies
+        ``dropout_cache``'s mask inside).
     edge_attr : array, (E, D) or None
         The edge features over the attended edges (loops filled), or None.
     h_edge : array, (E, H, C) or None
@@ -48,7 +51,7 @@ class GATCache(NamedTuple):
     graph: Graph
     h_src: Any
     h_dst: Any
-    score: v1.ScoreCache | v2.ScoreCache
+    score: v1.ScoreCache | v2.ScoreCache | FusedScoreCache
     alpha: Any
     dropout_cache: Any
     alpha_dropped: Any

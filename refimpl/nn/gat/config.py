@@ -18,7 +18,7 @@ from refimpl.validation import (
     check_optional_input,
 )
 
-__all__ = ["check_config", "check_inputs"]
+__all__ = ["check_config", "check_inputs", "param_shapes"]
 
 # GATConv's True/False fields
 _FLAGS = ("concat", "share_weights", "add_self_loops", "bias", "residual", "projection_bias")
@@ -96,6 +96,36 @@ def check_config(conv: Any) -> Any:
         # the normalised v2 score is bounded only if LeakyReLU is 1-Lipschitz
         raise ValueError(f"lipschitz_norm needs negative_slope <= 1, got {conv.negative_slope}")
     return fill_value
+
+
+def param_shapes(conv: Any) -> dict[str, tuple[int, ...]]:
+    """``GATConv.param_shapes``: the names and shapes of ``conv``'s parameters, in order."""
+    hc, h, c = conv.heads * conv.out_channels, conv.heads, conv.out_channels
+    f_src, f_dst = conv.in_sizes
+    if conv.version == "v1":
+        if isinstance(conv.in_channels, tuple):  # bipartite: lin_src, lin_dst
+            shapes = {"W_s": (hc, f_src), "W_t": (hc, f_dst)}
+        else:
+            shapes = {"W": (hc, f_src)}
+        shapes |= {"att_src": (h, c), "att_dst": (h, c)}
+    else:
+        shapes = {"W_s": (hc, f_src)}
+        if conv.projection_bias:
+            shapes["b_s"] = (hc,)
+        if not conv.share_weights:
+            shapes["W_t"] = (hc, f_dst)
+            if conv.projection_bias:
+                shapes["b_t"] = (hc,)
+        shapes["att"] = (h, c)
+    if conv.edge_dim is not None:
+        shapes["W_e"] = (hc, conv.edge_dim)
+        if conv.version == "v1":
+            shapes["att_edge"] = (h, c)
+    if conv.residual:
+        shapes["W_res"] = (hc if conv.concat else c, f_dst)
+    if conv.bias:
+        shapes["bias"] = (hc,) if conv.concat else (c,)
+    return shapes
 
 
 def check_inputs(

@@ -14,7 +14,13 @@ from refimpl.graph import Graph, with_configured_self_loops
 from refimpl.kernels.segment import segment_softmax, segment_softmax_backward
 from refimpl.nn.gat import v1, v2
 from refimpl.nn.gat.cache import GATCache
-from refimpl.nn.gat.config import check_config, check_inputs
+from refimpl.nn.gat.config import check_config, check_inputs, param_shapes
+from refimpl.nn.gat.fused_path import (
+    FusedScoreCache,
+    fused_attention,
+    fused_attention_backward,
+    takes_fused_path,
+)
 from refimpl.nn.gat.transform import input_sides, transform, transform_backward
 from refimpl.nn.overflow import backward_checked, check_overflow
 from refimpl.ops.dropout import Dropout
@@ -157,33 +163,9 @@ class GATConv:
         return sizes if isinstance(sizes, tuple) else (sizes, sizes)
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:
-        """Names and shapes of the parameters, in order."""
-        hc, h, c = self.heads * self.out_channels, self.heads, self.out_channels
-        f_src, f_dst = self.in_sizes
-        if self.version == "v1":
-            if isinstance(self.in_channels, tuple):  # bipartite: lin_src, lin_dst
-                shapes = {"W_s": (hc, f_src), "W_t": (hc, f_dst)}
-            else:
-                shapes = {"W": (hc, f_src)}
-            shapes |= {"att_src": (h, c), "att_dst": (h, c)}
-        else:
-            shapes = {"W_s": (hc, f_src)}
-            if self.projection_bias:
-                shapes["b_s"] = (hc,)
-            if not self.share_weights:
-                shapes["W_t"] = (hc, f_dst)
-                if self.projection_bias:
-                    shapes["b_t"] = (hc,)
-            shapes["att"] = (h, c)
-        if self.edge_dim is not None:
-            shapes["W_e"] = (hc, self.edge_dim)
-            if self.version == "v1":
-                shapes["att_edge"] = (h, c)
-        if self.residual:
-            shapes["W_res"] = (hc if self.concat else c, f_dst)
-        if self.bias:
-            shapes["bias"] = (hc,) if self.concat else (c,)
-        return shapes
+        """Names and shapes of the parameters, in order (:func:`~refimpl.nn.gat.config.
+        param_shapes`)."""
+        return param_shapes(self)
 
     def init_params(
         self, rng: np.random.Generator, backend: str | None = None, dtype: Any = np.float64
@@ -286,22 +268,27 @@ class GATConv:
 
         # F1 feature transforms (N_src, H, C), (N_dst, H, C) (refimpl.nn.gat.transform)
         h_src, h_dst = transform(self, params, x_src, x_dst)
-        # F1' the edge features' projection W_e a (E, H, C)
-        h_edge = None
-        if edge_attr is not None:
-            h_edge = (edge_attr @ params["W_e"].T).reshape(-1, heads, channels)
-        # F2-F4 the version's score e (E, H): GAT-balance Eq. 2 (refimpl.nn.gat.v1 / v2)
-        scores, score_cache = (v1 if self.version == "v1" else v2).scores(
-            params, h_src, h_dst, src, dst, self.negative_slope, self.lipschitz_norm, h_edge
-        )
-        # F5 softmax over each target's incoming edges (E, H)
-        alpha = segment_softmax(scores, dst)
-        # F6 attention dropout (E, H)
-        alpha_dropped, dropout_cache = Dropout(self.dropout).forward(
-            {}, alpha, training=training, rng=rng, mask=attn_dropout_mask
-        )
-        # F7 aggregate W_s h_u over N(v) (N, H, C)
-        aggregated = propagate(h_src, alpha_dropped, src, dst)
+        h_edge = alpha_dropped = None
+        if takes_fused_path(self, xp, isinstance(x, tuple)):  # F2-F7 by the device kernels
+            aggregated, score_cache, alpha, dropout_cache = fused_attention(
+                self, params, h_src, h_dst, graph, training, rng, attn_dropout_mask
+            )
+        else:
+            # F1' the edge features' projection W_e a (E, H, C)
+            if edge_attr is not None:
+                h_edge = (edge_attr @ params["W_e"].T).reshape(-1, heads, channels)
+            # F2-F4 the version's score e (E, H): GAT-balance Eq. 2 (refimpl.nn.gat.v1 / v2)
+            scores, score_cache = (v1 if self.version == "v1" else v2).scores(
+                params, h_src, h_dst, src, dst, self.negative_slope, self.lipschitz_norm, h_edge
+            )
+            # F5 softmax over each target's incoming edges (E, H)
+            alpha = segment_softmax(scores, dst)
+            # F6 attention dropout (E, H)
+            alpha_dropped, dropout_cache = Dropout(self.dropout).forward(
+                {}, alpha, training=training, rng=rng, mask=attn_dropout_mask
+            )
+            # F7 aggregate W_s h_u over N(v) (N, H, C)
+            aggregated = propagate(h_src, alpha_dropped, src, dst)
         # F8 combine heads
         if self.concat:
             out = aggregated.reshape(num_targets, heads * channels)  # (N, H*C)
@@ -366,25 +353,13 @@ class GATConv:
             d_aggregated = d_out.reshape(num_nodes, heads, channels)
         else:
             d_aggregated = xp.broadcast_to(d_out[:, None, :] / heads, (num_nodes, heads, channels))
-        # B7 (of F7) aggregation: messages and coefficients
-        h_src_edges = cache.score.h_src_edges if self.version == "v2" else None  # (E, H, C)
-        d_h_src, d_alpha_dropped = propagate_backward(
-            cache.h_src, cache.alpha_dropped, d_aggregated, src, dst, h_src_edges
-        )
-        # B6 (of F6) dropout, B5 (of F5) softmax
-        d_alpha, _ = Dropout(self.dropout).backward({}, cache.dropout_cache, d_alpha_dropped)
-        d_scores = segment_softmax_backward(cache.alpha, d_alpha, dst)  # (E, H)
-        # B4-B2 (of F4-F2) the version's score: into h_src, h_dst and the attention vectors
-        if self.version == "v1":
-            d_h_src, d_h_dst, d_h_edge, d_att = v1.scores_backward(
-                params, cache.score, cache.h_src, cache.h_dst, d_scores, d_h_src, src, dst,
-                self.negative_slope, cache.h_edge,
-            )  # fmt: skip
+        if isinstance(cache.score, FusedScoreCache):  # B7-B2 by the device kernels
+            d_h_src, d_h_dst, d_att = fused_attention_backward(self, params, cache, d_aggregated)
+            d_h_edge = None
         else:
-            d_h_src, d_h_dst, d_h_edge, d_att = v2.scores_backward(
-                params, cache.score, cache.h_src, cache.h_dst, d_scores, d_h_src, src, dst,
-                self.negative_slope, cache.h_dst is cache.h_src, cache.h_edge,
-            )  # fmt: skip
+            d_h_src, d_h_dst, d_h_edge, d_att = self._attention_backward(
+                params, cache, d_aggregated, src, dst
+            )
         d_params.update(d_att)
         # B1' (of F1') the edge features' projection: W_e, and the features themselves
         d_edge_attr = None
@@ -410,6 +385,30 @@ class GATConv:
             d_x = (d_x, d_x_dst)
         d_params = {name: d_params[name] for name in params}
         return (d_x if self.edge_dim is None else (d_x, d_edge_attr)), d_params
+
+    def _attention_backward(
+        self, params: dict[str, Any], cache: GATCache, d_aggregated: Any, src: Any, dst: Any
+    ) -> tuple[Any, Any, Any, dict[str, Any]]:
+        """B7-B2 of :meth:`backward` on the literal path: ``(d_h_src, d_h_dst, d_h_edge,
+        d_att)``."""
+        # B7 (of F7) aggregation: messages and coefficients
+        h_src_edges = cache.score.h_src_edges if self.version == "v2" else None  # (E, H, C)
+        d_h_src, d_alpha_dropped = propagate_backward(
+            cache.h_src, cache.alpha_dropped, d_aggregated, src, dst, h_src_edges
+        )
+        # B6 (of F6) dropout, B5 (of F5) softmax
+        d_alpha, _ = Dropout(self.dropout).backward({}, cache.dropout_cache, d_alpha_dropped)
+        d_scores = segment_softmax_backward(cache.alpha, d_alpha, dst)  # (E, H)
+        # B4-B2 (of F4-F2) the version's score: into h_src, h_dst and the attention vectors
+        if self.version == "v1":
+            return v1.scores_backward(
+                params, cache.score, cache.h_src, cache.h_dst, d_scores, d_h_src, src, dst,
+                self.negative_slope, cache.h_edge,
+            )  # fmt: skip
+        return v2.scores_backward(
+            params, cache.score, cache.h_src, cache.h_dst, d_scores, d_h_src, src, dst,
+            self.negative_slope, cache.h_dst is cache.h_src, cache.h_edge,
+        )  # fmt: skip
 
     # -- inspection ----------------------------------------------------------------------
     @staticmethod
