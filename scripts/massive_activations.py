@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from refimpl.cli.errors import report_errors
 from refimpl.cli.runs import (
     SCRIPT_OUTPUT_ONLY,
     add_script_run_options,
@@ -273,5 +274,5 @@ def main(argv: list[str] | None = None) -> dict:
     return summary
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # one line per error, as the refimpl command prints
+    sys.exit(report_errors("massive_activations.py", main))

@@ -36,6 +36,7 @@ import json
 import sys
 from pathlib import Path
 
+from refimpl.cli.errors import report_errors
 from refimpl.cli.runs import (
     add_scheduler_option,
     add_script_run_options,
@@ -223,5 +224,5 @@ def main(argv: list[str] | None = None) -> list[dict]:
     return json.loads(json.dumps(results))
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # one line per error, as the refimpl command prints
+    sys.exit(report_errors("massive_activations_study.py", main))

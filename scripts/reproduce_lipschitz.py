@@ -45,6 +45,7 @@ import sys
 import time
 from pathlib import Path
 
+from refimpl.cli.errors import report_errors
 from refimpl.cli.runs import (
     add_scheduler_option,
     add_script_run_options,
@@ -366,5 +367,5 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # one line per error, as the refimpl command prints
+    sys.exit(report_errors("reproduce_lipschitz.py", main))

@@ -11,30 +11,16 @@ Every error is one line on stderr; ``REFIMPL_DEBUG=1`` shows the traceback inste
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import zipfile
 from collections.abc import Sequence
 
 from refimpl import __version__
 from refimpl.cli import crosscheck, demo, golden, plot, sweep, train
-from refimpl.cli.errors import OneLineParser, one_line
+from refimpl.cli.errors import OneLineParser, report_errors
 from refimpl.cli.runs import explicit_options, interrupted_message
 from refimpl.train.run_lock import lock_scope
 
 __all__ = ["main"]
-
-# What bad input, a bad file or the environment raises on its way in: exit 2, its message.
-BAD_INPUT = (
-    ValueError,
-    TypeError,
-    KeyError,
-    IndexError,
-    OSError,  # FileNotFoundError, FileExistsError, PermissionError, a full disk
-    EOFError,
-    zipfile.BadZipFile,
-    ImportError,  # an optional dependency (CuPy, matplotlib, torch) is missing
-)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -73,35 +59,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     args.explicit = explicit_options(_parser, argv)
     prog = f"refimpl {args.command}"
-    try:
-        with lock_scope():  # the run folders this command locks are released as it ends
-            return args.run(args)
-    except KeyboardInterrupt:
-        print(interrupted_message(prog, args), file=sys.stderr)
-        return 130
-    except MemoryError as err:
-        if os.environ.get("REFIMPL_DEBUG"):
-            raise
-        print(
-            f"{prog}: error: out of memory ({err or 'MemoryError'}); try a smaller "
-            "problem, float32 or --batch-size",
-            file=sys.stderr,
-        )
-        return 2
-    except BAD_INPUT as err:
-        if os.environ.get("REFIMPL_DEBUG"):
-            raise
-        print(f"{prog}: error: {one_line(err)}", file=sys.stderr)
-        return 2
-    except Exception as err:  # a bug: still one line, with the way to the traceback
-        if os.environ.get("REFIMPL_DEBUG"):
-            raise
-        print(
-            f"{prog}: internal error: {one_line(err)}; rerun with REFIMPL_DEBUG=1 for the "
-            "traceback and report it",
-            file=sys.stderr,
-        )
-        return 3
+
+    def on_interrupt() -> str:
+        return interrupted_message(prog, args)
+
+    with lock_scope():  # the run folders this command locks are released as it ends
+        return report_errors(prog, lambda: args.run(args), on_interrupt)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -56,3 +59,33 @@ def test_the_balance_table_sets_citeseer_beside_table_2() -> None:
     rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines()[2:]}
     assert rows["citeseer"].endswith("| 70.63 +- 0.60 (T2) |")
     assert rows["cora"].endswith("| 79.48 +- 0.43 (T3) |")
+
+
+@pytest.mark.parametrize(
+    ("name", "argv"),
+    [
+        ("reproduce_balance", ["--data", "."]),
+        ("reproduce_lipschitz", ["depth", "--data", "."]),
+        ("massive_activations", ["--quick"]),
+        ("massive_activations_study", ["--quick"]),
+    ],
+)
+def test_a_script_refuses_bad_input_in_one_line_without_a_traceback(
+    tmp_path: Path, name: str, argv: list[str]
+) -> None:
+    # The scripts printed a Python traceback where the refimpl command prints one line.
+    run = tmp_path / ("depth" if name == "reproduce_lipschitz" else ".")
+    run.mkdir(exist_ok=True)
+    (run / "log.jsonl").write_text("{}\n")  # an earlier run: refused before any work
+    root = SCRIPTS.parent
+    done = subprocess.run(
+        [sys.executable, str(SCRIPTS / f"{name}.py"), *argv, "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"{name}.py: error: ") and "holds an earlier run" in done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
