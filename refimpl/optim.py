@@ -42,7 +42,7 @@ from refimpl.array_checks import check_grads, check_like_param, check_param_arra
 from refimpl.backend import asarray, backend_name, is_array
 from refimpl.kernels.adam import AdamScalars, fused_adam_update
 from refimpl.schedules import MultiStepLR, ReduceLROnPlateau, with_lr
-from refimpl.validation import NonFiniteError, all_finite, finite_queues
+from refimpl.validation import NonFiniteError, all_finite
 
 __all__ = [
     "OPTIMIZERS",
@@ -211,11 +211,16 @@ class Adam:
             state.update({f"{slot}.{k}": xp.zeros_like(w) for k, w in params.items()})
         return state
 
-    def step(self, params: Params, grads: Params, state: Mapping[str, Any]) -> tuple[dict, State]:
+    def step(
+        self, params: Params, grads: Params, state: Mapping[str, Any], flag: Any = None
+    ) -> tuple[dict, State]:
         """One update; returns ``(new_params, new_state)`` without touching the inputs.
 
         Raises :class:`NonFiniteUpdate` if a new parameter, ``m`` or ``v`` is not finite
-        (module docstring).
+        (module docstring). On a device backend ``flag``, a zeroed ``(1,)`` int32 array there,
+        takes the fused kernel's bits instead (:mod:`refimpl.kernels.adam`: 1 an entry not
+        finite, 2 an entry of a parameter changed) and nothing is read: the caller reads it
+        (:func:`refimpl.train.guards.checked_step`, with a training step's other checks).
         """
         xp = check_param_arrays(params)
         check_grads(params, grads)
@@ -225,7 +230,10 @@ class Adam:
         step_size = self.lr / (1 - beta1**t)
         bias_correction2_sqrt = (1 - beta2**t) ** 0.5
         if backend_name(xp) != "numpy":  # one launch per parameter, one sync per step
-            return self._fused_step(xp, params, grads, state, t, step_size, bias_correction2_sqrt)
+            scalars = (t, step_size, bias_correction2_sqrt)
+            return self._fused_step(xp, params, grads, state, *scalars, flag)
+        if flag is not None:
+            raise ValueError("Adam.step takes a flag on a device backend only; pass flag=None")
         new_params, new_m, new_v = {}, {}, {}
         with np.errstate(over="ignore", invalid="ignore"):  # an overflow: _check_update's line
             for name, w in params.items():
@@ -245,28 +253,27 @@ class Adam:
 
     def _fused_step(
         self, xp: Any, params: Params, grads: Params, state: Any, t: int, step_size: float,
-        bias_correction2_sqrt: float,
+        bias_correction2_sqrt: float, flag: Any,
     ) -> tuple[dict, State]:  # fmt: skip
         """:meth:`step` on a device: each parameter's update in one launch
         (:func:`refimpl.kernels.adam.fused_adam_update`, the loop above op for op), and one
-        flag for the whole step, read once; set, :func:`_check_update` says which entry."""
+        flag for the whole step: the caller's, else read once (its 1 set,
+        :func:`_check_update` says which entry)."""
         beta1, beta2 = self.betas
         scalars = AdamScalars(
             self.weight_decay, 1 - beta1, 1 - (1 - beta1), beta2, 1 - beta2,
             bias_correction2_sqrt, self.eps, -step_size, self.weight_decay != 0,
             abs(1 - beta1) < 0.5,
         )  # fmt: skip
-        flag = xp.zeros(1, dtype=xp.int32)
+        read = flag is None
+        flag = xp.zeros(1, dtype=xp.int32) if read else flag
         new_params, new_state = {}, {"step": np.asarray(t, dtype=np.int64)}
         for name, w in params.items():
             m, v = state[f"m.{name}"], state[f"v.{name}"]
             new_params[name], new_state[f"m.{name}"], new_state[f"v.{name}"] = fused_adam_update(
                 xp, w, grads[name], m, v, scalars, flag
             )
-        queues = finite_queues()
-        if queues:  # a deferred training step reads the flag with its other checks
-            queues[-1].append(flag)
-        elif int(flag[0]):  # the step's one sync
+        if read and int(flag[0]) & 1:  # the step's one sync
             _check_update("Adam", params, grads, state, new_params, new_state)
         return new_params, new_state
 

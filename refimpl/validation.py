@@ -59,8 +59,9 @@ _DEFERRALS = threading.local()  # per thread: another thread's checks are not de
 
 def finite_queues() -> list[list[Any]]:
     """This thread's open deferrals (:func:`refimpl.train.guards.deferred_step`), innermost
-    last: each a list of device arrays read in one sync at the end of the step, float sums
-    that must be finite and integer flags that must be 0 (the fused Adam update's)."""
+    last: each a list of what the step reads at its end in one launch and one sync
+    (:func:`refimpl.kernels.finite.finite_read`): float device arrays that must be finite,
+    and :class:`refimpl.train.guards.DeferredRead` values (the loss, the optimiser's flag)."""
     if not hasattr(_DEFERRALS, "queues"):
         _DEFERRALS.queues = []
     return _DEFERRALS.queues
@@ -73,8 +74,9 @@ def all_finite(value: Any) -> bool:
     ``isfinite(value).all()``): a NaN or infinity makes the sum NaN or
     infinite, so a finite sum clears ``value``. A non-finite sum (which finite entries
     can give by overflowing) falls through to the entrywise check, which decides.
-    Inside a deferral (:func:`finite_queues`) a device array's sum is queued, not read, and
-    the answer is True: the deferral reads every sum at once and reruns a failed step.
+    Inside a deferral (:func:`finite_queues`) a device array is queued itself, not read, and
+    the answer is True: the deferral checks every queued array in one read and reruns a
+    failed step.
 
     Parameters
     ----------
@@ -90,7 +92,8 @@ def all_finite(value: Any) -> bool:
     with np.errstate(over="ignore", invalid="ignore"):  # an overflow here is not an error
         queues = finite_queues() if xp is not np else None
         if queues:
-            queues[-1].append(xp.sum(value))  # 0-d, on the device
+            if value.dtype.kind not in "iub":  # integers and booleans are finite
+                queues[-1].append(value)  # its entries checked at the read, no sum queued
             return True
         if bool(xp.isfinite(xp.sum(value))):
             return True

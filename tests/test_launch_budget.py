@@ -13,37 +13,25 @@ cached across steps but the selection).
 Where the budgets stand against the issue's goal (gat-a: at most 40 launches and 1 sync),
 counted when they were set. gat-a before the reductions: 413 launches, 74 syncs, 5 copies
 (Adam 120 launches and an ``int(step)`` sync and a copy of ``t``; finiteness checks 132 and 66
-syncs; the loss 31 and 5); gat-c 1289, 198, 1; NodeFormer 2097, 263, 5. Now, for gat-a:
+syncs; the loss 31 and 5); gat-c 1289, 198, 1; NodeFormer 2097, 263, 5 (CSR products on the
+strict stand-in, 12 launches a gat-a step, were not counted then).
 
-- the two syncs are the deferred checks' one read and ``float(loss)`` in
-  ``node_gradients`` (logged and compared with the loss-growth rule every step);
-- of the 216 launches, 9 are Adam's (one fused update per parameter and the flag), 40 the
-  queued finiteness sums (the input, the 8 parameters, each layer's output, the gradients,
-  the backward's cotangents), 17 the guards' (10 the optimiser-froze check, 7 the one read
-  of the queue), 21 the loss on the 140 training rows, and 129 the two GATConv layers'
-  arithmetic (segment softmax and sums 44, ELU 28, per-head products 20, dropout 14, ...):
-  engineer B's fused GAT kernels (one kernel over the CSR rows forward, one over targets and
-  one over sources backward) replace those, which is the gap to 40;
-- the 4 copies are the dropout masks, drawn on the host so one seed gives one run on every
-  backend (docs/design.md, Randomness).
+The step's one sync is the read of :mod:`refimpl.kernels.finite`: one kernel checks every array
+the step queued and gathers the loss and Adam's flag (a non-finite entry, and whether any
+parameter changed: the optimiser-froze guard), one transfer. The 4 copies are the dropout
+masks, drawn on the host so one seed gives one run on every backend (docs/design.md,
+Randomness). NodeFormer's other syncs are its row blocks' (``kernel_attention.py``) and the
+``float`` of its auxiliary loss.
 
-NodeFormer's 11 syncs: 8 in ``kernel_attention.py`` (its row blocks, engineer B's), one
-``float`` of its auxiliary loss and the two above.
-
-gat-a with the fused GAT path (inside ``fused_kernels()``, :mod:`refimpl.nn.gat.fused_path`: score,
-softmax, dropout and aggregation in one kernel forward and two backward, the score halves'
-share of ``d W h`` in one more, ELU in one each way) makes 120 launches, 2 syncs and 4
-copies. The gap to the goal's 40 launches and 1 sync, by hot spot (``counts.report()``,
-grouped):
-
-- 37 the two layers: 8 kernels (3 attention and 1 score-halves kernel per layer), 8 the
-  per-head BLAS products around them (the score halves ``dot_per_head`` 4, the attention
-  vectors' gradients ``sum_per_head`` 4), 2 ELU, 7 the feature transform and its weight
-  gradient, 6 the input dropout, 6 the heads' mean, bias and bias gradient;
-- 36 queued finiteness sums, 17 the guards, 9 Adam, 21 the loss (as above): 83 outside the
-  GAT layers, which the goal of 40 needs cut as well;
-- the syncs: the deferred checks' one read and ``float(loss)``; the copies: the dropout masks
-  (input and attention, two layers), drawn on the host.
+gat-a with the fused path (inside ``fused_kernels()``: :mod:`refimpl.nn.gat.fused_path` for
+score, softmax, dropout and aggregation in one kernel forward and two backward, the score
+halves' share of ``d W h`` in one more, ELU, the cross-entropy and the dropout's keep-and-scale
+one kernel each way) makes 46 launches, 1 sync and 4 copies. The gap to the goal's 40 launches,
+by hot spot (``counts.report()``): Adam's 8 per-parameter updates (a multi-tensor update would
+make them one), the per-head BLAS products around the attention kernels (8: the score halves
+and the attention vectors' gradients), the feature transform and its weight gradient (7), the
+heads' mean, bias and bias gradient (6), with the 8 attention kernels, 2 ELU, 2 loss, 3
+dropout, the read and the flag's reset.
 """
 
 from __future__ import annotations
@@ -63,10 +51,10 @@ from refimpl.train.node_step import node_step
 
 # (launches, syncs, copies) at most, per step; the counts reached when these were set.
 BUDGETS = {
-    "gat-a": (228, 2, 4),  # 216 before the CSR products of strict_sparse were counted
-    "gat-a-fused": (120, 2, 4),  # the fused GAT path and ELU: 228 without them
-    "gat-c": (858, 2, 0),  # 778 likewise
-    "nodeformer": (1416, 11, 4),  # 1402 likewise
+    "gat-a": (172, 1, 4),
+    "gat-a-fused": (46, 1, 4),  # the issue's goal: 40 launches, 1 sync
+    "gat-c": (701, 1, 0),
+    "nodeformer": (1219, 10, 4),
 }
 
 

@@ -4,7 +4,7 @@
 array at a time, a device launch each (15 per parameter). :data:`ADAM_OPERATION` performs the
 same operations, in the same order and in the parameter's dtype, on each entry in one
 ``cupy.ElementwiseKernel``; :func:`adam_twin` is its NumPy twin, written step for step in
-the kernel's order (``S1`` ... ``S6``), which the strict stand-in runs as the one launch the
+the kernel's order (``S1`` ... ``S7``), which the strict stand-in runs as the one launch the
 kernel is (:func:`refimpl.testing.strict.run_kernel`); :func:`cuda_sources` writes it out as
 the CUDA kernel CuPy makes of it, for ``nvcc`` (the PTX tests). ``tests/test_optim.py`` holds the
 twin bitwise equal to the reference update on NumPy (both branches of ATen's ``lerp``, with
@@ -18,9 +18,13 @@ subnormal intermediate may be flushed to zero on the device (CuPy may compile wi
 
 Each host scalar is rounded once to the parameter's dtype, as CuPy and NumPy round a Python
 float met by a float32 array, so the twin and the kernel see the numbers the reference sees.
-S6 sets ``flag[0]`` when an updated entry (``w``, ``m`` or ``v``) is not finite: an integer
-OR (an ``atomicOr`` on the device, order-free, so the run stays deterministic), read once
-per optimiser step for every parameter together (:meth:`refimpl.optim.Adam.step`).
+S6 ORs 1 into ``flag[0]`` when an updated entry (``w``, ``m`` or ``v``) is not finite, S7
+ORs 2 when an entry of ``w`` changed (``w_new != w``, as ``array_equal`` tells them apart:
+a NaN counts as changed): integer ORs (``atomicOr`` on the device, order-free, so the run
+stays deterministic; S7 looks at the flag first, so most threads of a changing parameter
+skip the atomic), read once per optimiser step for every parameter together
+(:meth:`refimpl.optim.Adam.step`), or with a training step's checks
+(:func:`refimpl.train.guards.checked_step`: no 2 is "the optimiser froze").
 """
 
 from __future__ import annotations
@@ -87,6 +91,7 @@ v = v_prev * beta2 + (rest2 * g) * g;                            // S3 mul_, add
 T denom = sqrt(v) / bias2_sqrt + eps;                            // S4
 w_new = w + (neg_step * m) / denom;                              // S5 addcdiv_
 if (!(isfinite(w_new) && isfinite(m) && isfinite(v))) atomicOr(&flag[0], 1);  // S6
+if (w_new != w && (flag[0] & 2) == 0) atomicOr(&flag[0], 2);                    // S7
 """
 ADAM_OPTIONS = ("--fmad=false",)  # no contraction into multiply-adds: bitwise with the twin
 
@@ -127,7 +132,7 @@ def cuda_sources() -> dict[str, str]:
 def adam_twin(
     w: np.ndarray, grad: np.ndarray, m_prev: np.ndarray, v_prev: np.ndarray, *scalars: Any
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:data:`ADAM_OPERATION` on NumPy, in its order (``S1`` ... ``S6``).
+    """:data:`ADAM_OPERATION` on NumPy, in its order (``S1`` ... ``S7``).
 
     Parameters
     ----------
@@ -140,8 +145,8 @@ def adam_twin(
     v_prev : numpy.ndarray
         The second moment before the step, likewise.
     *scalars : Any
-        :class:`AdamScalars`' fields in order, then ``flag``, ``(1,)`` int32: OR-ed with 1 in
-        place when an updated entry is not finite.
+        :class:`AdamScalars`' fields in order, then ``flag``, ``(1,)`` int32: OR-ed in place
+        with 1 when an updated entry is not finite, with 2 when an entry of ``w`` changed.
 
     Returns
     -------
@@ -162,6 +167,8 @@ def adam_twin(
         w_new = w + (t(s.neg_step) * m) / denom  # S5
     if not (np.isfinite(w_new).all() and np.isfinite(m).all() and np.isfinite(v).all()):
         flag[0] |= 1  # S6
+    if (w_new != w).any():
+        flag[0] |= 2  # S7
     return np.asarray(w_new), np.asarray(m), np.asarray(v)  # 0-d stays an array
 
 
@@ -187,7 +194,8 @@ def fused_adam_update(
     scalars : AdamScalars
         The step's host scalars.
     flag : array
-        ``(1,)`` int32 on that backend, OR-ed with 1 when an updated entry is not finite.
+        ``(1,)`` int32 on that backend, OR-ed with 1 when an updated entry is not finite,
+        with 2 when an entry of ``w`` changed.
 
     Returns
     -------

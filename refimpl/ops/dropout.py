@@ -14,6 +14,8 @@ from typing import Any, NamedTuple
 
 from refimpl.backend import get_array_module, is_array, is_sparse, sparse_module
 from refimpl.fields import check_bool
+from refimpl.kernels.dropout_fused import keep_and_scale
+from refimpl.ops.fused_switch import runs_fused_kernels
 from refimpl.validation import (
     check_array,
     check_cotangent,
@@ -157,6 +159,10 @@ class Dropout:
         else:
             raise self._no_randomness()
         # F2 keep, and scale the kept entries by 1 / (1 - p) so that E[y] = x
+        if runs_fused_kernels(xp):  # the two operations below in one kernel
+            return keep_and_scale(xp, x, mask, scale), DropoutCache(
+                mask, scale, tuple(x.shape), x.dtype
+            )
         y = x * mask  # (*S,) in x's dtype
         y *= scale  # in place on the fresh product: one pass less
         return y, DropoutCache(mask, scale, tuple(x.shape), x.dtype)
@@ -203,6 +209,9 @@ class Dropout:
             d_x[rows[dropped], x.indices[dropped]] = 0
             return d_x, {}
         # B2 (of F2) and B1 (of F1): the mask is a constant, so only the scaling flows back
+        xp = get_array_module(d_y)
+        if runs_fused_kernels(xp):  # the two operations below in one kernel
+            return keep_and_scale(xp, d_y, cache.mask, cache.scale), {}
         d_x = d_y * cache.mask
         d_x *= cache.scale
         return d_x, {}

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from refimpl.backend import get_array_module, is_array
+from refimpl.kernels.cross_entropy import cross_entropy_backward, cross_entropy_forward
+from refimpl.ops.fused_switch import runs_fused_kernels
 from refimpl.ops.regression import L1Loss, L1LossCache, MSELoss, MSELossCache, row_weights
 from refimpl.validation import check_input, check_scalar_cotangent
 
@@ -119,6 +121,11 @@ class SoftmaxCrossEntropy:
 
     PyTorch parity: ``F.cross_entropy(logits[mask], labels[mask])`` (reduction
     "mean", no class weights, no label smoothing).
+
+    Inside ``refimpl.nn.gat.fused_kernels()`` a device backend computes the forward and the
+    backward as one kernel each (:mod:`refimpl.kernels.cross_entropy`): on the strict
+    stand-in bitwise this path's results, on CuPy to its ``exp`` and ``log``'s rounding;
+    NumPy always takes this path.
     """
 
     def select(self, labels: Any, mask: Any, num_classes: int, dtype: Any) -> RowSelection:
@@ -162,6 +169,10 @@ class SoftmaxCrossEntropy:
             raise ValueError("mask is a RowSelection of other labels, K or dtype; redo loss.select")
         # F0 the M masked rows: nothing else is read (their gradient is zero)
         rows, weight, one_hot = mask.rows, mask.weight, mask.one_hot  # (M,), (M,), (M, K)
+        shape = (num_rows, num_classes)
+        if runs_fused_kernels(xp):  # F0-F3 in one kernel, in this order
+            loss, probs = cross_entropy_forward(xp, logits, rows, one_hot, weight)
+            return loss, CrossEntropyCache(probs, one_hot, weight, rows, shape)
         logits = logits[rows]  # (M, K)
         # F1 log softmax by log-sum-exp
         maxima = logits.max(axis=1, keepdims=True)  # (M, 1)
@@ -172,7 +183,6 @@ class SoftmaxCrossEntropy:
         picked = xp.where(one_hot, log_probs, 0).sum(axis=1)  # (M,)
         # F3 negative weighted mean over the masked rows
         loss = xp.asarray((weight * -picked).sum())  # 0-d
-        shape = (num_rows, num_classes)
         return loss, CrossEntropyCache(xp.exp(log_probs), one_hot, weight, rows, shape)
 
     def backward(
@@ -180,6 +190,11 @@ class SoftmaxCrossEntropy:
     ) -> tuple[Any, dict[str, Any]]:
         d_loss = check_scalar_cotangent(d_loss, cache.probs)
         xp = get_array_module(cache.probs)
+        if runs_fused_kernels(xp):  # B3-B0 in one kernel, in this order (rows: select's, sorted)
+            d_logits = cross_entropy_backward(
+                xp, cache.probs, cache.one_hot, cache.weight, cache.rows, d_loss, cache.shape[0]
+            )
+            return d_logits, {}
         # B3 (of F3) d picked = -d_loss * weight
         d_picked = -(d_loss * cache.weight)  # (M,)
         # B2 (of F2) scatter into the label column: adjoint of the pick

@@ -27,7 +27,9 @@ Costs per step: one reduction per gradient, parameter and optimiser-state array
 (:func:`refimpl.validation.all_finite`; the optimiser's ``step`` makes the last two and
 raises :class:`refimpl.optim.NonFiniteUpdate`, translated here), plus one comparison of a
 parameter with its previous value (stopping at the first that changed, which in a healthy
-run is the first).
+run is the first). Inside :func:`deferred_step` on a device, none of these is read on the
+way: the arrays, the loss and Adam's flag (which also tells whether a parameter changed)
+are read at the step's end in one launch and one sync.
 """
 
 from __future__ import annotations
@@ -39,12 +41,14 @@ from typing import Any
 import numpy as np
 
 from refimpl.backend import get_array_module
-from refimpl.optim import NonFiniteUpdate
+from refimpl.kernels.finite import finite_read
+from refimpl.optim import Adam, NonFiniteUpdate
 from refimpl.validation import NonFiniteError, all_finite, finite_queues
 
 __all__ = [
     "LOSS_FLOOR",
     "LOSS_GROWTH",
+    "DeferredRead",
     "TrainingDiverged",
     "check_gradients",
     "checked_backward",
@@ -53,6 +57,7 @@ __all__ = [
     "first_non_finite",
     "layer_of",
     "loss_of_zero_output",
+    "loss_passes_at_once",
 ]
 
 LOSS_GROWTH = 1e4  # a loss this many times the zero output's has diverged (module docstring)
@@ -77,15 +82,45 @@ def first_non_finite(arrays: dict[str, Any]) -> str | None:
     return None
 
 
+class DeferredRead:
+    """A small device array a deferred step reads at its end with its checks
+    (:func:`deferred_step`), and what the step makes of it on the host.
+
+    Parameters
+    ----------
+    array : array
+        Float32, float64, int32 or bool, a few entries (a loss, a flag).
+    passes : callable
+        ``passes(values)``, ``values`` its entries as a float64 ``numpy.ndarray``: whether
+        the step may stand; False reruns it on the checked path.
+    result : callable, optional
+        ``result(values)``: what stands for it in the step's result (a tuple's entry, or
+        the result itself) once read; by default the read stays out of the result.
+    """
+
+    def __init__(
+        self, array: Any, passes: Callable[[np.ndarray], bool], result: Callable | None = None
+    ) -> None:
+        self.array, self.passes, self.result = array, passes, result
+        self.values: np.ndarray | None = None  # set by the read
+
+    def queue(self) -> DeferredRead:
+        """Queued in the innermost open deferral (:func:`refimpl.validation.finite_queues`)."""
+        finite_queues()[-1].append(self)
+        return self
+
+
 def deferred_step(step: Callable[[], Any], rng: Any = None) -> Any:
     """``step()`` (a training step: forward, loss, backward, optimiser step and the guards
-    above) with its finiteness checks deferred on a device backend: each queues a sum
-    instead of reading it (:func:`refimpl.validation.all_finite`), and all are read at the
-    end in one sync. When one is not finite, or the step raised on the way (a non-finite
-    value met before its check was read), the step runs again on the checked path from the
-    same state of ``rng`` (its dropout generator), raising the error a checked step raises.
-    The step must be pure apart from ``rng``. A finite array whose sum overflows costs a
-    rerun (the checked path looks entry by entry). On NumPy nothing is deferred."""
+    above) with its finiteness checks deferred on a device backend: each queues its array
+    instead of reading it (:func:`refimpl.validation.all_finite`), the values the host needs
+    (the loss, the optimiser's flag) are queued as :class:`DeferredRead`, and all are read at
+    the end in one launch and one sync (:func:`refimpl.kernels.finite.finite_read`); a
+    ``DeferredRead`` in the step's result (a tuple's entry) is replaced by its ``result``.
+    When an array is not finite, a read does not pass, or the step raised on the way (a
+    non-finite value met before its check was read), the step runs again on the checked
+    path from the same state of ``rng`` (its dropout generator), raising the error a checked
+    step raises. The step must be pure apart from ``rng``. On NumPy nothing is deferred."""
     if rng is not None and not isinstance(rng, np.random.Generator):
         return step()  # a generator whose state cannot be restored: checked as it goes
     saved = None if rng is None else rng.bit_generator.state
@@ -101,23 +136,32 @@ def deferred_step(step: Callable[[], Any], rng: Any = None) -> Any:
     finally:
         queues.pop()
     if passed:
-        return result
+        if isinstance(result, tuple):
+            return tuple(_resolved(item) for item in result)
+        return _resolved(result)
     if rng is not None:
         rng.bit_generator.state = saved
     return step()
 
 
 def _queue_passes(queue: list[Any]) -> bool:
-    """Every float sum in ``queue`` is finite and every integer flag 0: one device read."""
+    """Every array in ``queue`` is finite and every :class:`DeferredRead` passes: one launch
+    and one sync. Each read keeps its values for :func:`_resolved`."""
     if not queue:
         return True
-    xp = get_array_module(*queue)
-    sums = [value for value in queue if value.dtype.kind == "f"]
-    flags = [value.reshape(-1) for value in queue if value.dtype.kind != "f"]
-    passes = xp.isfinite(xp.stack(sums)).all() if sums else xp.asarray(True)
-    if flags:
-        passes = passes & (xp.concatenate(flags) == 0).all()
-    return bool(passes)
+    reads = [item for item in queue if isinstance(item, DeferredRead)]
+    arrays = [item for item in queue if not isinstance(item, DeferredRead)]
+    xp = get_array_module(*arrays, *(read.array for read in reads))
+    not_finite, values = finite_read(xp, arrays, [read.array for read in reads])
+    for read, read_values in zip(reads, values, strict=True):
+        read.values = read_values
+    return not not_finite.any() and all(read.passes(read.values) for read in reads)
+
+
+def _resolved(item: Any) -> Any:
+    if isinstance(item, DeferredRead) and item.result is not None:
+        return item.result(item.values)
+    return item
 
 
 def checked_forward(model: Any, params: dict, epoch: int, *inputs: Any, **kwargs: Any) -> tuple:
@@ -152,6 +196,12 @@ def loss_of_zero_output(loss_block: Any, output: Any, *targets: Any) -> Callable
     return compute
 
 
+def loss_passes_at_once(loss: float) -> bool:
+    """Whether the loss-growth rule passes ``loss`` without its reference: a loss at most
+    ``LOSS_GROWTH * LOSS_FLOOR`` (the reference is at least the floor). NaN does not pass."""
+    return loss <= LOSS_GROWTH * LOSS_FLOOR
+
+
 def check_gradients(
     loss: float, grads: dict[str, Any], epoch: int, zero_output_loss: Callable[[], float]
 ) -> None:
@@ -168,7 +218,7 @@ def check_gradients(
         raise TrainingDiverged(
             f"epoch {epoch}: loss {loss} (the gradients are finite); lower the learning rate"
         )
-    if loss <= LOSS_GROWTH * LOSS_FLOOR:  # below any threshold: the reference is >= the floor
+    if loss_passes_at_once(loss):
         return
     reference = max(zero_output_loss(), LOSS_FLOOR)
     if loss > LOSS_GROWTH * reference:
@@ -188,9 +238,19 @@ def checked_step(
     first parameter, else the first state entry), or changed no parameter at all although
     some gradient is non-zero (the optimiser froze: overflowed state, or a learning rate so
     small for the dtype that every update rounds away). A zero update where every gradient
-    is zero is a fixed point, not a fault."""
+    is zero is a fixed point, not a fault. Inside :func:`deferred_step` on a device, Adam's
+    fused kernel raises its flag for both and the flag is read with the step's checks."""
+    xp = get_array_module(*params.values()) if params else np
+    queues = finite_queues() if xp is not np else None
+    fused = queues and params and isinstance(optimizer, Adam)
+    flag = xp.zeros(1, dtype=np.int32) if fused else None
     try:
-        new_params, new_state = optimizer.step(params, grads, state)
+        if flag is None:
+            new_params, new_state = optimizer.step(params, grads, state)
+        else:  # read with the step's checks: 2 (a parameter changed) and not 1 (non-finite)
+            new_params, new_state = optimizer.step(params, grads, state, flag=flag)
+            DeferredRead(flag, _moved_and_finite).queue()
+            return new_params, new_state
     except NonFiniteUpdate as err:
         bad = err.key
         if err.in_state:
@@ -203,11 +263,9 @@ def checked_step(
             f"epoch {epoch}: the update made {layer_of(bad)} non-finite ({bad}); "
             "lower the learning rate"
         ) from err
-    xp = get_array_module(*params.values())
-    queues = finite_queues() if xp is not np else None
-    if queues and params:  # deferred on a device: "no parameter changed" as one more flag
+    if queues and params:  # deferred on a device: "no parameter changed" read at the end
         same = [xp.array_equal(new_params[name], params[name]) for name in params]
-        queues[-1].append(xp.stack(same).all())  # set: the checked rerun decides
+        DeferredRead(xp.stack(same).all(), _not_set).queue()  # set: the checked rerun decides
     elif all(_unchanged(new_params[name], params[name]) for name in params):
         moving = next((name for name, g in grads.items() if _largest_magnitude(g) > 0), None)
         if moving is not None:
@@ -217,6 +275,14 @@ def checked_step(
                 "the learning rate (too small for the dtype, or so large its state overflowed)"
             )
     return new_params, new_state
+
+
+def _moved_and_finite(flag: np.ndarray) -> bool:
+    return flag[0] == 2  # Adam's fused flag: an entry changed (2), none non-finite (1)
+
+
+def _not_set(flag: np.ndarray) -> bool:
+    return flag[0] == 0
 
 
 def _unchanged(new: Any, old: Any) -> bool:

@@ -3,8 +3,10 @@
 optimiser's update.
 
 :func:`node_step` runs inside :func:`refimpl.train.guards.deferred_step`, so on a device every
-finiteness check of the step is read once, at its end (a failed one reruns the step on the
-checked path, which raises the same error).
+finiteness check of the step, the loss and the optimiser's flag are read once, at its end, in
+one launch and one sync (a failed one reruns the step on the checked path, which raises the
+same error): the loss it returns is then a :class:`refimpl.train.guards.DeferredRead` that
+``deferred_step`` replaces by the float.
 """
 
 from __future__ import annotations
@@ -13,15 +15,19 @@ from typing import Any
 
 import numpy as np
 
+from refimpl.backend import get_array_module
 from refimpl.train.guards import (
+    DeferredRead,
     TrainingDiverged,
     check_gradients,
     checked_backward,
     checked_forward,
     checked_step,
+    first_non_finite,
     loss_of_zero_output,
+    loss_passes_at_once,
 )
-from refimpl.validation import all_finite
+from refimpl.validation import all_finite, finite_queues
 
 __all__ = ["node_gradients", "node_step"]
 
@@ -65,9 +71,19 @@ def node_gradients(
     loss, loss_cache = loss_block.forward({}, logits, y, train_mask)
     auxiliary_loss = getattr(model, "auxiliary_loss", None)
     auxiliary = auxiliary_loss(cache) if auxiliary_loss is not None else 0.0
-    train_loss = float(loss) + auxiliary
     d_logits, _ = loss_block.backward({}, loss_cache, 1.0)
     grads = checked_backward(model, params, cache, d_logits, epoch)
+    if get_array_module(logits) is not np and finite_queues():  # deferred: read at the end
+
+        def train_loss(values: np.ndarray) -> float:
+            return float(values[0]) + auxiliary  # as float(loss) + auxiliary
+
+        def passes(values: np.ndarray) -> bool:  # else the checked rerun weighs the loss
+            return loss_passes_at_once(train_loss(values))  # against its reference
+
+        first_non_finite(grads)  # queues each gradient
+        return DeferredRead(loss, passes, train_loss).queue(), auxiliary, grads
+    train_loss = float(loss) + auxiliary
     zero_output = loss_of_zero_output(loss_block, logits, y, train_mask)
     check_gradients(train_loss, grads, epoch, zero_output)
     return train_loss, auxiliary, grads

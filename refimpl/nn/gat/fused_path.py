@@ -32,15 +32,11 @@ literal layer sums the channels by a BLAS product, the kernel one by one):
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from refimpl.backend import backend_name, get_array_module
-from refimpl.fields import check_bool
 from refimpl.graph import Graph
 from refimpl.kernels import gat_fused
 from refimpl.kernels import gat_fused_twin as twin
@@ -48,6 +44,7 @@ from refimpl.kernels.elu_fused import elu_backward, elu_forward
 from refimpl.kernels.gat_fused_scores import score_halves_backward
 from refimpl.ops.activations import ELU, ELUCache
 from refimpl.ops.dropout import Dropout, DropoutCache
+from refimpl.ops.fused_switch import fused_kernels, fused_kernels_on
 from refimpl.ops.heads import dot_per_head, sum_per_head
 from refimpl.validation import check_array, check_cotangent, check_input
 
@@ -59,32 +56,7 @@ __all__ = [
     "fused_kernels",
     "fused_kernels_on",
     "takes_fused_path",
-]
-
-_SWITCH = threading.local()  # per thread: another thread's block does not switch this one
-
-
-@contextlib.contextmanager
-def fused_kernels(enabled: bool = True) -> Iterator[None]:
-    """Run the fused GAT kernels inside the block, on a device backend (module docstring).
-
-    Parameters
-    ----------
-    enabled : bool, default True
-        False runs the literal path inside the block (an inner block may switch back).
-    """
-    enabled = check_bool(enabled, "fused_kernels enabled")
-    before = fused_kernels_on()
-    _SWITCH.on = enabled
-    try:
-        yield
-    finally:
-        _SWITCH.on = before
-
-
-def fused_kernels_on() -> bool:
-    """Whether this thread is inside a ``fused_kernels()`` block (:func:`fused_kernels`)."""
-    return getattr(_SWITCH, "on", False)
+]  # fused_kernels and fused_kernels_on: from refimpl.ops.fused_switch
 
 
 class FusedScoreCache(NamedTuple):
