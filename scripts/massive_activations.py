@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from refimpl.cli.errors import report_errors
+from refimpl.cli.errors import OneLineParser, report_errors
 from refimpl.cli.runs import (
     SCRIPT_OUTPUT_ONLY,
     add_script_run_options,
@@ -118,7 +118,7 @@ def flagged_graphs(values: dict, graph_ids: dict, num_graphs: int) -> dict[str, 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--layers", type=int, default=6, help="graph-transformer layers (4-10)")
     parser.add_argument("--hidden", type=int, default=64, help="D")
     parser.add_argument("--heads", type=int, default=4)

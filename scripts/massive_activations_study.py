@@ -36,7 +36,7 @@ import json
 import sys
 from pathlib import Path
 
-from refimpl.cli.errors import report_errors
+from refimpl.cli.errors import OneLineParser, report_errors
 from refimpl.cli.runs import (
     add_scheduler_option,
     add_script_run_options,
@@ -169,7 +169,7 @@ def _describe(result: dict) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--seeds", type=int, default=1)
     parser.add_argument("--epochs", type=int, default=1000, help="the configs' epochs")

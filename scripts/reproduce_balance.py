@@ -37,7 +37,7 @@ import sys
 import time
 from pathlib import Path
 
-from refimpl.cli.errors import report_errors
+from refimpl.cli.errors import OneLineParser, report_errors
 from refimpl.cli.runs import (
     add_scheduler_option,
     add_script_run_options,
@@ -189,7 +189,7 @@ def prefix(dataset: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = OneLineParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", default=os.environ.get("REFIMPL_DATA"), help="datasets folder")
     parser.add_argument("--depths", type=int, nargs="+", default=[2, 5, 10, 20, 40])
     parser.add_argument(

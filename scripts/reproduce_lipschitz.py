@@ -45,7 +45,7 @@ import sys
 import time
 from pathlib import Path
 
-from refimpl.cli.errors import report_errors
+from refimpl.cli.errors import OneLineParser, report_errors
 from refimpl.cli.runs import (
     add_scheduler_option,
     add_script_run_options,
@@ -274,7 +274,7 @@ def gradient_report(results: list[dict], out: Path) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = OneLineParser(description=__doc__.split("\n")[0])
     parser.add_argument("experiment", choices=["gradients", "depth", "missing", "trees"])
     parser.add_argument("--data", default=os.environ.get("REFIMPL_DATA"), help="datasets folder")
     parser.add_argument("--datasets", nargs="+", default=["cora", "citeseer"])

@@ -89,3 +89,30 @@ def test_a_script_refuses_bad_input_in_one_line_without_a_traceback(
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith(f"{name}.py: error: ") and "holds an earlier run" in done.stderr
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+EXPERIMENT = {"reproduce_lipschitz": ["depth"]}  # its positional argument
+
+
+@pytest.mark.parametrize(
+    "name", ["reproduce_balance", "reproduce_lipschitz", "massive_activations",
+             "massive_activations_study"],
+)  # fmt: skip
+def test_a_script_refuses_an_unknown_option_in_one_line(name: str) -> None:
+    # argparse printed the usage of every option before its one line of error.
+    root = SCRIPTS.parent
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPTS / f"{name}.py"),
+            *EXPERIMENT.get(name, []),
+            "--no-such-option",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "--no-such-option" in done.stderr, done.stderr
