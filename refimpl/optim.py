@@ -17,7 +17,7 @@ the array module of the parameters, so the same code runs on NumPy, CuPy and the
 stand-in; hyperparameters are Python floats, so a float32 model stays
 float32. Bias corrections are host scalars computed from the step count, as in
 PyTorch's ``_single_tensor_adam``; the count stays on the host, so reading it costs no sync.
-On a device backend Adam updates each parameter in one fused launch
+On a device backend Adam updates every parameter in one fused launch per dtype
 (:mod:`refimpl.kernels.adam`, its operations the reference's, in the same order).
 
 A step whose result is not finite raises (on NumPy one reduction per new parameter and
@@ -40,7 +40,7 @@ import numpy as np
 
 from refimpl.array_checks import check_grads, check_like_param, check_param_arrays
 from refimpl.backend import asarray, backend_name, is_array
-from refimpl.kernels.adam import AdamScalars, fused_adam_update
+from refimpl.kernels.adam import AdamScalars, fused_adam_step
 from refimpl.schedules import MultiStepLR, ReduceLROnPlateau, with_lr
 from refimpl.validation import NonFiniteError, all_finite
 
@@ -229,7 +229,7 @@ class Adam:
         # Host scalars, as torch computes them from step_t.item(): Python float pow.
         step_size = self.lr / (1 - beta1**t)
         bias_correction2_sqrt = (1 - beta2**t) ** 0.5
-        if backend_name(xp) != "numpy":  # one launch per parameter, one sync per step
+        if backend_name(xp) != "numpy":  # one launch per dtype, one sync per step
             scalars = (t, step_size, bias_correction2_sqrt)
             return self._fused_step(xp, params, grads, state, *scalars, flag)
         if flag is not None:
@@ -255,8 +255,8 @@ class Adam:
         self, xp: Any, params: Params, grads: Params, state: Any, t: int, step_size: float,
         bias_correction2_sqrt: float, flag: Any,
     ) -> tuple[dict, State]:  # fmt: skip
-        """:meth:`step` on a device: each parameter's update in one launch
-        (:func:`refimpl.kernels.adam.fused_adam_update`, the loop above op for op), and one
+        """:meth:`step` on a device: every parameter's update in one launch per dtype
+        (:func:`refimpl.kernels.adam.fused_adam_step`, the loop above op for op), and one
         flag for the whole step: the caller's, else read once (its 1 set,
         :func:`_check_update` says which entry)."""
         beta1, beta2 = self.betas
@@ -267,12 +267,15 @@ class Adam:
         )  # fmt: skip
         read = flag is None
         flag = xp.zeros(1, dtype=xp.int32) if read else flag
-        new_params, new_state = {}, {"step": np.asarray(t, dtype=np.int64)}
-        for name, w in params.items():
-            m, v = state[f"m.{name}"], state[f"v.{name}"]
-            new_params[name], new_state[f"m.{name}"], new_state[f"v.{name}"] = fused_adam_update(
-                xp, w, grads[name], m, v, scalars, flag
-            )
+        names = list(params)
+        w_news, ms, vs = fused_adam_step(
+            xp, [params[k] for k in names], [grads[k] for k in names],
+            [state[f"m.{k}"] for k in names], [state[f"v.{k}"] for k in names], scalars, flag,
+        )  # fmt: skip
+        new_params = dict(zip(names, w_news, strict=True))
+        new_state = {"step": np.asarray(t, dtype=np.int64)}
+        new_state.update({f"m.{k}": m for k, m in zip(names, ms, strict=True)})
+        new_state.update({f"v.{k}": v for k, v in zip(names, vs, strict=True)})
         if read and int(flag[0]) & 1:  # the step's one sync
             _check_update("Adam", params, grads, state, new_params, new_state)
         return new_params, new_state

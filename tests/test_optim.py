@@ -419,9 +419,10 @@ def test_fused_adam_twin_is_the_reference_update_bit_for_bit(dtype, weight_decay
         np.testing.assert_array_equal(to_numpy(device[-1][k]), host[-1][k], err_msg=k)
 
 
-def test_fused_adam_is_one_launch_per_parameter_and_one_sync():
+def test_fused_adam_is_one_launch_and_one_sync():
     # Issue 38: Adam made 15 launches per parameter, an int(step) sync and a host copy of t
-    # each step, and one finiteness check (a reduction and a sync) per new array.
+    # each step, and one finiteness check (a reduction and a sync) per new array; then one
+    # fused launch per parameter; now one for all of them.
     from refimpl.testing.strict import count_launches
 
     rng = np.random.default_rng(12)
@@ -431,9 +432,56 @@ def test_fused_adam_is_one_launch_per_parameter_and_one_sync():
     state = opt.init(params)
     with count_launches() as counts:
         _, state = opt.step(params, grads, state)
-    # one fused update per parameter, plus the zeroed flag; the flag's read is the sync
-    assert (counts.launches, counts.syncs, counts.copies) == (len(params) + 1, 1, 0)
+    # one fused update of every parameter, plus the zeroed flag; the flag's read is the sync
+    assert (counts.launches, counts.syncs, counts.copies) == (2, 1, 0)
     assert isinstance(state["step"], np.ndarray) and int(state["step"]) == 1  # on the host
+
+
+def test_fused_adam_launches_once_per_dtype_and_group_and_keeps_each_parameter_in_place():
+    # The kernel takes one dtype and at most GROUP parameters per launch: a model of mixed
+    # dtypes, or of more parameters than one launch's arguments hold, is split, and every
+    # result must still land at its own name, bitwise the reference's (a slip in the
+    # regrouping would swap two parameters' updates).
+    from refimpl.kernels.adam import GROUP
+    from refimpl.testing.strict import count_launches
+
+    rng = np.random.default_rng(13)
+    shapes = [(3,), (2, 2), (), (5,)] * (GROUP // 2)  # 2 in 3 float32: more than GROUP
+    host = {
+        f"p{k}": rng.normal(size=shape).astype(np.float32 if k % 3 else np.float64)
+        for k, shape in enumerate(shapes)
+    }
+    grads = {k: rng.normal(size=w.shape).astype(w.dtype) for k, w in host.items()}
+    opt = Adam(lr=1e-2, weight_decay=1e-3)
+    expected, expected_state = opt.step(host, grads, opt.init(host))
+    device = {k: asarray(w, backend="strict") for k, w in host.items()}
+    device_grads = {k: asarray(g, backend="strict") for k, g in grads.items()}
+    state = opt.init(device)
+    with count_launches() as counts:
+        got, got_state = opt.step(device, device_grads, state)
+    per_dtype = [sum(w.dtype == dtype for w in host.values()) for dtype in (np.float32, np.float64)]
+    assert counts.launches == 1 + sum(-(-n // GROUP) for n in per_dtype)
+    assert max(per_dtype) > GROUP  # the split is exercised
+    assert list(got) == list(expected) and list(got_state) == list(expected_state)
+    for k in expected:
+        np.testing.assert_array_equal(to_numpy(got[k]), expected[k], err_msg=k)
+        assert to_numpy(got[k]).dtype == expected[k].dtype and got[k].shape == expected[k].shape
+    for k in expected_state:
+        np.testing.assert_array_equal(to_numpy(got_state[k]), expected_state[k], err_msg=k)
+
+
+def test_fused_adam_refuses_a_dtype_its_kernel_lacks():
+    # The kernel is made for float and double: a float16 parameter is refused in one line
+    # naming the dtype, not handed to a kernel that would read its bytes as floats.
+    from refimpl.kernels.adam import AdamScalars, fused_adam_step
+    from refimpl.testing import strict
+
+    w = asarray(np.ones(3, np.float16), backend="strict")
+    scalars = AdamScalars(0.0, 0.1, 0.9, 0.999, 0.001, 1.0, 1e-8, -1e-3, False, True)
+    with pytest.raises(TypeError, match=r"float32 or float64 parameters, got float16"):
+        fused_adam_step(strict, [w], [w], [w], [w], scalars, strict.zeros(1, dtype=np.int32))
+    with pytest.raises(ValueError, match=r"runs on a device backend, not 'numpy'"):
+        fused_adam_step(np, [np.ones(3)], [np.ones(3)], [np.ones(3)], [np.ones(3)], scalars, None)
 
 
 @pytest.mark.parametrize(

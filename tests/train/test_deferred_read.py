@@ -99,6 +99,7 @@ def test_adams_flag_has_2_exactly_when_an_entry_changed_and_1_when_one_is_not_fi
     g = np.full(3, grad, np.float32)
     scalars = AdamScalars(decay, 0.1, 0.9, 0.999, 1e-3, 1e-3**0.5, 1e-8, -0.01, decay != 0, True)
     flag = np.zeros(1, np.int32)
-    w_new, _, _ = adam_twin(w, g, np.zeros(3, np.float32), np.zeros(3, np.float32), *scalars, flag)
+    zeros = [np.zeros(3, np.float32)]
+    [w_new], _, _ = adam_twin([w], [g], zeros, zeros, *scalars, flag)
     assert flag[0] == bits
     assert (flag[0] & 2 != 0) == (not np.array_equal(w_new, w))  # array_equal's verdict
