@@ -153,14 +153,21 @@ class SGD:
 
 @dataclass(frozen=True)
 class Adam:
-    """Adam (Kingma & Ba 2015, Alg. 1) with L2 weight decay, as ``torch.optim.Adam``.
+    r"""Adam (Kingma & Ba 2015, Alg. 1) with L2 weight decay, as ``torch.optim.Adam``.
 
-    With ``t`` the step after the increment and ``g = grad + weight_decay * w``::
+    With $t$ the step after the increment and $g = \nabla_w L + \lambda w$
+    ($\lambda$ = ``weight_decay``), Alg. 1's biased moments, their bias corrections and the
+    update:
 
-        m_t = beta1 m_{t-1} + (1 - beta1) g          (Alg. 1, biased first moment)
-        v_t = beta2 v_{t-1} + (1 - beta2) g^2        (Alg. 1, biased second moment)
-        w_t = w_{t-1} - lr m_hat / (sqrt(v_hat) + eps),  m_hat = m_t / (1 - beta1^t),
-                                                          v_hat = v_t / (1 - beta2^t)
+    $$
+    m_t = \beta_1 m_{t-1} + (1 - \beta_1)\, g, \qquad
+    v_t = \beta_2 v_{t-1} + (1 - \beta_2)\, g^2,
+    $$
+
+    $$
+    \hat m_t = \frac{m_t}{1 - \beta_1^t}, \qquad \hat v_t = \frac{v_t}{1 - \beta_2^t}, \qquad
+    w_t = w_{t-1} - \mathrm{lr}\, \frac{\hat m_t}{\sqrt{\hat v_t} + \epsilon}.
+    $$
 
     The code follows PyTorch's ``_single_tensor_adam`` (default on the CPU) op
     for op rather than the paper's wording, so float64 trajectories agree with

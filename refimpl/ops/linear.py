@@ -200,16 +200,15 @@ class LinearCache(NamedTuple):
 
 @dataclass(frozen=True)
 class Linear:
-    """Affine map ``y = x W^T + b``, ``(N, in) -> (N, out)``.
+    r"""Affine map, ``(N, in) -> (N, out)``:
 
-    Parameters (``params``)
-    -----------------------
-    W : (out, in)
-        Weights; ``W[i, :]`` are the weights incoming to output ``i``.
-    b : (out,)
-        Bias; the key is absent when ``bias=False``.
+    $$
+    y = x W^\top + b .
+    $$
 
-    Cache: :class:`LinearCache` with the input ``x``.
+    Its parameters (``params``): ``W`` ``(out, in)``, whose row ``W[i, :]`` holds the weights
+    incoming to output ``i``, and ``b`` ``(out,)``, absent when ``bias=False``. The backward
+    reads :class:`LinearCache`, the input ``x``.
 
     Edge semantics: ``N = 0`` is allowed (empty output, zero ``d_W``). The dtype
     of ``x`` must equal that of ``W`` and ``b``; nothing is cast silently.
@@ -228,6 +227,11 @@ class Linear:
         The number of output neurons, ``>= 1``.
     bias : bool, default True
         Whether to add ``b`` (PyTorch's default; ``bias`` in PyTorch and PyG).
+
+    Shapes
+    ------
+    - ``x``: ``(N, in)``, a dense array or a SciPy / CuPy sparse matrix.
+    - output: ``(N, out)``, ``W``'s dtype; ``W``: ``(out, in)``; ``b``: ``(out,)``.
     """
 
     in_features: int  # fan-in of every output neuron
