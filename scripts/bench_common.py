@@ -11,6 +11,8 @@
   took from this (virtual) machine over a span, from ``/proc/stat`` (Linux): on a shared
   host, wall times swing with it; :func:`process_cpu_seconds`, this process's CPU time,
   which stolen time is not part of.
+- :func:`machine`: what ran a benchmark (CPU model, cores, versions, load averages), which
+  every benchmark table prints beside its figures: ratios against a peer differ by machine.
 - :func:`reset_peak_rss` clears the kernel's peak mark through ``/proc/self/clear_refs``
   and returns the current resident size; ``status_mb("VmHWM")`` afterwards is the
   peak since the reset, so ``status_mb("VmHWM") - baseline`` is what a step added.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -139,3 +142,36 @@ def status_mb(field: str) -> float:
             if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+# -- the machine -------------------------------------------------------------------------------
+
+
+def machine() -> dict:
+    """What ran the benchmark: CPU model, cores, versions, load averages at the start."""
+    import numpy
+    import scipy
+
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as stream:
+            names = [line.split(":", 1)[1].strip() for line in stream if "model name" in line]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    return {
+        "cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+        "numpy": numpy.__version__, "scipy": scipy.__version__, "load_start": os.getloadavg(),
+    }  # fmt: skip
+
+
+def machine_line(info: dict) -> str:
+    """:func:`machine`'s record as the line printed under a benchmark table."""
+    load = ", ".join(f"{v:.2f}" for v in info["load_start"])
+    line = (
+        f"machine: {info['cpu']}, {info['cores']} cores; Python {info['python']}, "
+        f"NumPy {info['numpy']}, SciPy {info['scipy']}; load average {load} at the start"
+    )
+    if "load_end" in info:
+        line += ", " + ", ".join(f"{v:.2f}" for v in info["load_end"]) + " at the end"
+    return line

@@ -32,7 +32,15 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # scripts/: shared helpers
-from bench_common import ChildFailed, median_seconds, reset_peak_rss, run_child, status_mb
+from bench_common import (
+    ChildFailed,
+    machine,
+    machine_line,
+    median_seconds,
+    reset_peak_rss,
+    run_child,
+    status_mb,
+)  # fmt: skip
 
 CONFIGS = {
     "a": "2-layer GAT v1, 8 heads x 8, ELU, dropout 0.6",
@@ -220,7 +228,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args(argv)
-    rows = {}
+    rows, ran_on = {}, machine()
     print(f"{'config':<44} {'ours ms':>8} {'PyG ms':>8} {'ratio':>6} {'ours MB':>8} {'PyG MB':>7}")
     for config in args.configs:
         label = CONFIGS[config]
@@ -258,9 +266,11 @@ def main(argv: list[str] | None = None) -> None:
         f"{args.threads} threads; medians over "
         f"{args.rounds} rounds of {args.steps} steps each"
     )
+    ran_on["load_end"] = os.getloadavg()
+    print(machine_line(ran_on))
     if args.json:
         with open(args.json, "w") as stream:
-            json.dump(rows, stream, indent=2)
+            json.dump({**rows, "machine": ran_on}, stream, indent=2)
 
 
 if __name__ == "__main__":

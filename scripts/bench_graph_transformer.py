@@ -57,7 +57,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import statistics
 import sys
 import time
@@ -67,6 +66,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # scripts/: shar
 from bench_common import (
     ChildFailed,
     cpu_jiffies,
+    machine,
     median_seconds,
     process_cpu_seconds,
     reset_peak_rss,
@@ -275,24 +275,6 @@ def slopes(points: list[tuple[int, float]]) -> tuple[float | None, float | None]
         (a - x_mean) ** 2 for a in xs
     )
     return fit, (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
-
-
-def machine() -> dict:
-    """What ran the benchmark: CPU model, cores, versions, load averages at the start."""
-    import numpy
-    import scipy
-
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as stream:
-            names = [line.split(":", 1)[1].strip() for line in stream if "model name" in line]
-        cpu = names[0] if names else cpu
-    except OSError:
-        pass
-    return {
-        "cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-        "numpy": numpy.__version__, "scipy": scipy.__version__, "load_start": os.getloadavg(),
-    }  # fmt: skip
 
 
 def _child(function: str, args: tuple, threads: int, what: str) -> dict:

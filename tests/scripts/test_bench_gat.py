@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -56,3 +57,18 @@ def test_without_pyg_only_ours_runs_after_the_first_try(bench, tmp_path) -> None
     assert calls == ["ours", "pyg", "ours", "ours"]
     row = json.loads(path.read_text())["a"]
     assert row["pyg_ms"] is None and row["ratio"] is None and row["ours_ms"] == 5.0
+
+
+def test_the_table_names_the_machine_it_ran_on(bench, tmp_path, capsys) -> None:
+    # Issue 38: CPU ratios against PyG differ by machine (a0 0.38 on one, 0.59 on another),
+    # so every table prints the CPU model and the load beside its figures, and the JSON keeps them.
+    bench._child = lambda which, config, args: {"ms": 5.0, "peak_mb": 1.0, "data": "stand-in"}
+    bench.CONFIGS = {"a": "stand-in"}
+    path = tmp_path / "out.json"
+    bench.main(["--rounds", "1", "--json", str(path)])
+    record = json.loads(path.read_text())["machine"]
+    assert record["cores"] == os.cpu_count() and record["cpu"]
+    assert len(record["load_start"]) == len(record["load_end"]) == 3
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith(f"machine: {record['cpu']}, {record['cores']} cores; Python ")
+    assert "at the start" in last and "at the end" in last
