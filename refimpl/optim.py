@@ -155,18 +155,13 @@ class SGD:
 class Adam:
     r"""Adam (Kingma & Ba 2015, Alg. 1) with L2 weight decay, as ``torch.optim.Adam``.
 
-    With $t$ the step after the increment and $g = \nabla_w L + \lambda w$
-    ($\lambda$ = ``weight_decay``), Alg. 1's biased moments, their bias corrections and the
-    update:
+    With $t$ the step after the increment, $g = \nabla_w L + \lambda w$ ($\lambda$ =
+    ``weight_decay``), Alg. 1's moments, their bias corrections and the update:
 
     $$
-    m_t = \beta_1 m_{t-1} + (1 - \beta_1)\, g, \qquad
-    v_t = \beta_2 v_{t-1} + (1 - \beta_2)\, g^2,
-    $$
-
-    $$
-    \hat m_t = \frac{m_t}{1 - \beta_1^t}, \qquad \hat v_t = \frac{v_t}{1 - \beta_2^t}, \qquad
-    w_t = w_{t-1} - \mathrm{lr}\, \frac{\hat m_t}{\sqrt{\hat v_t} + \epsilon}.
+    m_t = \beta_1 m_{t-1} + (1 - \beta_1)\, g, \quad v_t = \beta_2 v_{t-1} + (1 - \beta_2)\, g^2,
+    \quad w_t = w_{t-1} - \mathrm{lr}\, \frac{m_t / (1 - \beta_1^t)}{\sqrt{v_t / (1 - \beta_2^t)}
+    + \epsilon}.
     $$
 
     The code follows PyTorch's ``_single_tensor_adam`` (default on the CPU) op

@@ -47,11 +47,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BLOCK", "SOURCE", "cuda_sources", "fused_backward", "fused_forward"]
+__all__ = [
+    "BLOCK", "DEVICE_FUNCTIONS", "SOURCE", "cuda_sources", "dtype_defines", "fused_backward",
+    "fused_forward",
+]  # fmt: skip
 
 BLOCK = 128  # threads per block: consecutive channels of a row, so the reads coalesce
 
-SOURCE = r"""
+DEVICE_FUNCTIONS = r"""
 typedef REFIMPL_T T;  // float or double, one module per dtype; REFIMPL_EXP: expf or exp
 
 __device__ T leaky_relu(const T pre, const T slope) {
@@ -64,7 +67,11 @@ __device__ T kept(const T alpha, const unsigned char* keep, const int has_keep, 
                   const T scale) {
     return has_keep ? (alpha * (T)keep[k]) * scale : alpha;  // the literal (x * mask) * scale
 }
+"""  # the LeakyReLU and dropout's keep-and-scale, shared with the GATv2 kernels
 
+SOURCE = (
+    DEVICE_FUNCTIONS
+    + r"""
 extern "C" __global__ void refimpl_gat_forward(
     const T* score_src, const T* score_dst, const T* h_src, const long long* src,
     const int* order, const int* indptr, const unsigned char* keep, const int has_keep,
@@ -150,18 +157,34 @@ extern "C" __global__ void refimpl_gat_backward_sources(
     if (c == 0) d_score_src[uh] = total;
 }
 """
+)
 
 # C type and exponential per dtype: CuPy's exp of float32 is CUDA's expf, of float64 its exp.
 _C_TYPES = {"float32": ("float", "expf"), "float64": ("double", "exp")}
 
 
+def dtype_defines(dtype_name: str) -> str:
+    """The lines that fix a translation unit's dtype.
+
+    Parameters
+    ----------
+    dtype_name : {"float32", "float64"}
+        The arrays' dtype.
+
+    Returns
+    -------
+    str
+        ``#define`` lines of ``REFIMPL_T`` (``float`` or ``double``) and ``REFIMPL_EXP``
+        (``expf`` or ``exp``, CuPy's exponential of that dtype).
+    """
+    c_type, exp = _C_TYPES[dtype_name]
+    return f"#define REFIMPL_T {c_type}\n#define REFIMPL_EXP {exp}\n"
+
+
 def cuda_sources() -> dict[str, str]:
     """Every translation unit this module compiles, by name: :data:`SOURCE` once per dtype
     (what CuPy compiles, and the PTX test with ``nvcc``)."""
-    return {
-        f"gat_fused_{name}": f"#define REFIMPL_T {c_type}\n#define REFIMPL_EXP {exp}\n{SOURCE}"
-        for name, (c_type, exp) in _C_TYPES.items()
-    }
+    return {f"gat_fused_{name}": dtype_defines(name) + SOURCE for name in _C_TYPES}
 
 
 @functools.cache

@@ -6,7 +6,7 @@ from typing import Any, NamedTuple
 
 from refimpl.graph import Graph
 from refimpl.nn.gat import v1, v2
-from refimpl.nn.gat.fused_path import FusedScoreCache
+from refimpl.nn.gat.fused_path import FusedScoreCache, FusedV2ScoreCache
 from refimpl.ops.loop_fill import LoopFillCache
 
 __all__ = ["GATCache"]
@@ -25,9 +25,10 @@ class GATCache(NamedTuple):
         The sources' transform (:mod:`refimpl.nn.gat.transform`).
     h_dst : array, (N_t, H, C)
         The targets'; the same array as ``h_src`` where one map reads one ``x``.
-    score : refimpl.nn.gat.v1.ScoreCache, refimpl.nn.gat.v2.ScoreCache or FusedScoreCache
+    score : v1.ScoreCache, v2.ScoreCache, FusedScoreCache or FusedV2ScoreCache
         The version's score: its input, LeakyReLU's branch, LipschitzNorm's cache; on the
-        fused path (:mod:`refimpl.nn.gat.fused_path`) the score's per-node halves alone.
+        fused path (:mod:`refimpl.nn.gat.fused_path`) GATv1's per-node score halves alone,
+        or GATv2's mark (whether both ends share one map: its kernels recompute the rest).
     alpha : array, (E, H)
         The attention coefficients, before dropout.
     dropout_cache : object
@@ -51,7 +52,7 @@ class GATCache(NamedTuple):
     graph: Graph
     h_src: Any
     h_dst: Any
-    score: v1.ScoreCache | v2.ScoreCache | FusedScoreCache
+    score: v1.ScoreCache | v2.ScoreCache | FusedScoreCache | FusedV2ScoreCache
     alpha: Any
     dropout_cache: Any
     alpha_dropped: Any

@@ -17,10 +17,12 @@ from refimpl.nn.gat.cache import GATCache
 from refimpl.nn.gat.config import check_config, check_inputs, param_shapes
 from refimpl.nn.gat.fused_path import (
     FusedScoreCache,
+    FusedV2ScoreCache,
     fused_attention,
     fused_attention_backward,
     takes_fused_path,
 )
+from refimpl.nn.gat.fused_path_v2 import fused_attention_v2, fused_attention_v2_backward
 from refimpl.nn.gat.transform import input_sides, transform, transform_backward
 from refimpl.nn.overflow import backward_checked, check_overflow
 from refimpl.ops.dropout import Dropout
@@ -270,7 +272,8 @@ class GATConv:
         h_src, h_dst = transform(self, params, x_src, x_dst)
         h_edge = alpha_dropped = None
         if takes_fused_path(self, xp, isinstance(x, tuple)):  # F2-F7 by the device kernels
-            aggregated, score_cache, alpha, dropout_cache = fused_attention(
+            fused = fused_attention if self.version == "v1" else fused_attention_v2
+            aggregated, score_cache, alpha, dropout_cache = fused(
                 self, params, h_src, h_dst, graph, training, rng, attn_dropout_mask
             )
         else:
@@ -353,8 +356,10 @@ class GATConv:
             d_aggregated = d_out.reshape(num_nodes, heads, channels)
         else:
             d_aggregated = xp.broadcast_to(d_out[:, None, :] / heads, (num_nodes, heads, channels))
-        if isinstance(cache.score, FusedScoreCache):  # B7-B2 by the device kernels
-            d_h_src, d_h_dst, d_att = fused_attention_backward(self, params, cache, d_aggregated)
+        if isinstance(cache.score, (FusedScoreCache, FusedV2ScoreCache)):  # B7-B2: the kernels
+            v1_kernels = isinstance(cache.score, FusedScoreCache)
+            fused = fused_attention_backward if v1_kernels else fused_attention_v2_backward
+            d_h_src, d_h_dst, d_att = fused(self, params, cache, d_aggregated)
             d_h_edge = None
         else:
             d_h_src, d_h_dst, d_h_edge, d_att = self._attention_backward(

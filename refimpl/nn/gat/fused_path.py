@@ -1,10 +1,11 @@
 """GATConv's fused device path: score, softmax, dropout and aggregation in the GAT kernels.
 
 Inside ``with fused_kernels():`` a :class:`~refimpl.nn.gat.conv.GATConv` layer the kernels
-cover (GATv1 on one node set, without LipschitzNorm or edge features; any other layer runs
-its literal path) replaces on a device backend its steps F2-F7 (per-edge score, LeakyReLU,
-segment softmax, attention dropout, aggregation) and their backward B7-B2 by the kernels of
-:mod:`refimpl.kernels.gat_fused`: on CuPy the CUDA kernels themselves, on the strict
+cover (GATv1 here and GATv2 in :mod:`refimpl.nn.gat.fused_path_v2`, on one node set, without
+LipschitzNorm or edge features; any other layer runs its literal path) replaces on a device
+backend its steps F2-F7 (per-edge score, LeakyReLU, segment softmax, attention dropout,
+aggregation) and their backward B7-B2 by the kernels (for GATv1 those of
+:mod:`refimpl.kernels.gat_fused`): on CuPy the CUDA kernels themselves, on the strict
 stand-in their NumPy twins (:mod:`refimpl.kernels.gat_fused_twin`), each run as the one
 launch the kernel is (``strict.run_kernel``). The rest of the layer (the transform F1, the
 per-node score halves, the heads, residual and bias F8-F9, and their backward) is the
@@ -51,6 +52,7 @@ from refimpl.validation import check_array, check_cotangent, check_input
 __all__ = [
     "FusedELU",
     "FusedScoreCache",
+    "FusedV2ScoreCache",
     "fused_attention",
     "fused_attention_backward",
     "fused_kernels",
@@ -72,11 +74,27 @@ class FusedScoreCache(NamedTuple):
     score_dst: Any
 
 
+class FusedV2ScoreCache(NamedTuple):
+    """The fused GATv2 forward's mark in ``GATCache.score`` (:mod:`refimpl.nn.gat.
+    fused_path_v2`): its backward reads the layer's ``h_src``, ``h_dst`` and ``alpha`` and
+    recomputes ``pre`` per edge, so nothing else.
+
+    Attributes
+    ----------
+    shared : bool
+        Both ends read one map (``h_dst is h_src``, ``share_weights``): one ``M``.
+    """
+
+    shared: bool
+
+
 def takes_fused_path(conv: Any, xp: Any, bipartite: bool) -> bool:
     """Whether ``conv`` (a ``GATConv``) runs the fused kernels on ``xp``'s backend: inside
-    :func:`fused_kernels`, on CuPy or the strict stand-in (never on NumPy), for GATv1 on one
-    node set (``bipartite``: an input pair) without LipschitzNorm or edge features."""
-    covered = conv.version == "v1" and conv.lipschitz_norm is None and conv.edge_dim is None
+    :func:`fused_kernels`, on CuPy or the strict stand-in (never on NumPy), for GATv1 or
+    GATv2 (either ``share_weights``; :mod:`refimpl.nn.gat.fused_path_v2`) on one node set
+    (``bipartite``: an input pair) without LipschitzNorm or edge features."""
+    covered = conv.version in ("v1", "v2") and conv.lipschitz_norm is None
+    covered = covered and conv.edge_dim is None
     return fused_kernels_on() and covered and not bipartite and backend_name(xp) != "numpy"
 
 

@@ -136,8 +136,7 @@ def test_a_given_mask_is_used_and_a_wrong_one_refused_in_one_line():
                 layer.forward(params, x, graph, training=True)
 
 
-FALLBACKS = {  # layers the kernels do not cover: (layer, its input)
-    "v2": (GATConv(3, 2, version="v2"), None),
+FALLBACKS = {  # GATv1 layers the kernels do not cover (GATv2's: test_fused_path_v2.py)
     "LipschitzNorm": (GATConv(3, 2, lipschitz_norm="paper"), None),
     "edge features": (GATConv(3, 2, edge_dim=2), "edge_attr"),
     "bipartite": (GATConv((3, 3), 2), "pair"),
