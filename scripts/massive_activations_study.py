@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         for variant in args.variants
         for seed in range(args.seeds)
     ]
-    results = run_jobs(run_one, jobs, args.workers, _describe, args.scheduler)
+    results = run_jobs(run_one, jobs, args.workers, _describe, args.scheduler, args.worker_timeout)
     table = summary_table(results)
     atomic_write(args.out / "summary.md", lambda stream: stream.write(f"{table}\n".encode()))
     figure = plot_summary(results, args.out / "summary.png", args.dpi)

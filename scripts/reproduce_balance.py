@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         for seed in range(args.seeds)
     ]
     start = time.perf_counter()
-    results = run_jobs(run_one, jobs, args.workers, _describe, args.scheduler)
+    results = run_jobs(run_one, jobs, args.workers, _describe, args.scheduler, args.worker_timeout)
     wall = time.perf_counter() - start
     cpu = sum(r["seconds"] for r in results)
     print()

@@ -350,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         job["run_dir"] = str(args.out / args.experiment / name)
         jobs.append(job)
     start = time.perf_counter()
-    results = run_jobs(run_one, jobs, args.workers, _describe, args.scheduler)
+    results = run_jobs(run_one, jobs, args.workers, _describe, args.scheduler, args.worker_timeout)
     print()
     if args.experiment == "gradients":
         print(gradient_report(results, args.out / "gradients"))

@@ -1,6 +1,6 @@
 """Grids on Dask (issue 26): a LocalCluster of two workers gives the sequential results bit for
 bit, a worker killed mid-grid loses and duplicates no job, and a scheduler that does not
-answer gives one clear line."""
+answer, has no worker left or is lost mid-grid gives one clear line, never a hang."""
 
 from __future__ import annotations
 
@@ -8,15 +8,16 @@ import json
 import socket
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from refimpl.cli import main
 from refimpl.train import parallel
-from refimpl.train.parallel import WorkerLost, run_jobs
+from refimpl.train.parallel import SchedulerUnavailable, WorkerLost, run_jobs
 from tests.cluster_jobs import always_dies, dies_once, square_sum
 
 pytest.importorskip("distributed")
@@ -93,6 +94,91 @@ def test_a_scheduler_that_does_not_answer_is_one_line(
         "start one (dask scheduler) and its workers (dask worker ADDRESS), or run here with "
         "--scheduler local:N"
     ]
+
+
+def _within(seconds: float, call: Callable[[], Any]) -> Any:
+    """``call()``'s value (or its exception), failing the test where it has not ended within
+    ``seconds``: a hang is a failure here, not a suite that never ends."""
+    outcome: list = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, call()))
+        except BaseException as err:  # handed to the test's thread
+            outcome.append((False, err))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert outcome, f"still waiting after {seconds} s: the wait is unbounded"
+    ((ok, value),) = outcome
+    if not ok:
+        raise value
+    return value
+
+
+@pytest.fixture
+def no_workers() -> Iterator[Any]:
+    """A scheduler with no worker (in this process: it starts in a blink)."""
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as cluster:
+        yield cluster
+
+
+def test_as_completed_waited_forever_on_a_scheduler_without_workers(
+    no_workers: Any, tmp_path: Path, capsys
+) -> None:
+    # A full-suite run hung in this file: the grid's as_completed waited, unbounded, for
+    # workers that were gone (the scheduler keeps the jobs queued for workers that never
+    # come). Every earlier test had workers, or nannies that restarted them.
+    out = tmp_path / "run"
+    args = [*GRID, "--scheduler", no_workers.scheduler_address, "--worker-timeout", "0.5"]
+    assert _within(60, lambda: main([*args, "--out", str(out)])) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"refimpl sweep: error: WorkerLost: the Dask scheduler at {no_workers.scheduler_address} "
+        "has had no worker for 0.5 s (they died or were stopped, or never started; "
+        "--worker-timeout sets the wait): 0 of 2 jobs finished and are kept; rerun to finish "
+        "the rest with --resume"
+    ]
+    assert (out / "run.json").exists()  # the run folder is kept, for --resume
+    assert not list(out.rglob("result.json"))
+
+
+def test_the_scheduler_lost_mid_grid_is_one_line_keeping_finished_jobs(
+    no_workers: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the scheduler goes away while the grid waits (its first look at the workers shuts it);
+    # the client tries to reconnect for CONNECT_SECONDS, then the grid ends
+    monkeypatch.setattr(parallel, "CONNECT_SECONDS", 1)
+    finished = {"seed": 0, "run_dir": str(tmp_path / "job0"), "value": 1.0}
+    Path(finished["run_dir"]).mkdir()
+    (tmp_path / "job0" / "result.json").write_text(json.dumps(finished))
+    jobs = [{"seed": s, "run_dir": str(tmp_path / f"job{s}")} for s in range(3)]
+    check_workers = parallel._check_workers
+
+    def shut_then_check(*args: Any) -> Any:
+        no_workers.close()
+        return check_workers(*args)
+
+    monkeypatch.setattr(parallel, "_check_workers", shut_then_check)
+    with pytest.raises(SchedulerUnavailable, match="0 of 2 jobs finished and are kept") as err:
+        address = no_workers.scheduler_address
+        _within(60, lambda: run_jobs(square_sum, jobs, 1, lambda r: "", address, 30.0))
+    assert len(str(err.value).splitlines()) == 1
+    assert json.loads((tmp_path / "job0" / "result.json").read_text()) == finished
+
+
+def test_a_worker_timeout_must_be_positive(tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit):  # argparse's refusal, in one line
+        main([*GRID, "--scheduler", "local:1", "--worker-timeout", "0"])
+    assert capsys.readouterr().err.strip() == (
+        "refimpl sweep: error: argument --worker-timeout: must be a finite number > 0, got 0 "
+        "(see refimpl sweep --help)"
+    )
+    with pytest.raises(ValueError, match="worker_timeout must be a number of seconds > 0"):
+        run_jobs(square_sum, [], 1, lambda r: "", "local:1", float("nan"))
 
 
 @pytest.fixture

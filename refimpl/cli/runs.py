@@ -15,6 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from refimpl.cli.types import positive_float
+from refimpl.train.parallel import WORKER_TIMEOUT_SECONDS
 from refimpl.train.run_folder import (
     RUN_FILE,
     find_run_folder,
@@ -43,14 +45,22 @@ __all__ = [
 # Options that change what is written or how long the run goes on, not what an epoch
 # computes: a resumed run takes them from the command line.
 OUTPUT_ONLY = frozenset(
-    {"epochs", "no_progress", "checkpoint_every", "data_root", "workers", "scheduler"}
+    {
+        "epochs",
+        "no_progress",
+        "checkpoint_every",
+        "data_root",
+        "workers",
+        "scheduler",
+        "worker_timeout",
+    }
 )
 # A sweep's cells finished earlier are read back whatever their length: a longer --epochs
 # would mix two grids in one table, so a resumed sweep keeps its own.
 SWEEP_OUTPUT_ONLY = OUTPUT_ONLY - {"epochs"}
 # A script's grid skips finished jobs whatever their length, so there only where the data
 # lives and how many processes run may change (a longer --epochs would mix two grids).
-SCRIPT_OUTPUT_ONLY = frozenset({"data", "workers", "scheduler"})
+SCRIPT_OUTPUT_ONLY = frozenset({"data", "workers", "scheduler", "worker_timeout"})
 
 # Never stored: where the run is and how it was opened.
 _NOT_STORED = frozenset({"run", "command", "explicit", "out", "resume", "overwrite", "run_folder"})
@@ -77,7 +87,8 @@ def add_run_folder_options(parser: argparse.ArgumentParser, default_hint: str) -
 
 
 def add_scheduler_option(parser: argparse.ArgumentParser) -> None:
-    """``--scheduler``: run a grid's jobs on Dask (:mod:`refimpl.train.parallel`)."""
+    """``--scheduler``: run a grid's jobs on Dask (:mod:`refimpl.train.parallel`), and
+    ``--worker-timeout``: how long the grid waits on a scheduler without workers."""
     parser.add_argument(
         "--scheduler",
         default=None,
@@ -85,6 +96,14 @@ def add_scheduler_option(parser: argparse.ArgumentParser) -> None:
         help="run the grid on Dask: a running scheduler's address (tcp://host:8786) or "
         "local:N (N single-threaded worker processes here); needs the cluster extra. "
         "Results are written here as jobs finish; a rerun skips finished jobs",
+    )
+    parser.add_argument(
+        "--worker-timeout",
+        type=positive_float,
+        default=WORKER_TIMEOUT_SECONDS,
+        metavar="SECONDS",
+        help="with --scheduler: end the grid (finished jobs kept, --resume runs the rest) "
+        f"once the scheduler has had no worker for this long (default {WORKER_TIMEOUT_SECONDS:g})",
     )
 
 

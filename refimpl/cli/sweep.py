@@ -168,7 +168,9 @@ def run(args: argparse.Namespace) -> int:
     options.pop("run", None)  # the command's function: not an option, and not needed there
     # cells that run in this process reuse the data; workers elsewhere load their own
     cell = functools.partial(sweep_cell, options, datasets if here else {})
-    cells = run_jobs(cell, jobs, args.workers, _describe, args.scheduler)  # in grid order
+    cells = run_jobs(
+        cell, jobs, args.workers, _describe, args.scheduler, args.worker_timeout
+    )  # in grid order
     table = format_table(cells, args.depths)
     print(table)
     write_json(out / "sweep.json", cells)

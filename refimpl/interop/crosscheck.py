@@ -88,7 +88,11 @@ __all__ = ["CrosscheckError", "crosscheck", "crosscheck_arrays", "graph_of", "la
 
 # outputs, gradients: a few ulps of the data's precision along the layer's chain of sums
 TOLERANCES = {dtype: (FORWARD_RTOL[dtype], GRADIENT_RTOL[dtype]) for dtype in GRADIENT_RTOL}
-_PYG_ARGUMENTS = {
+# PyG's constructor arguments refimpl reads, per class, in the order of PyG's signatures (the
+# rest must keep their defaults): what a file's kwargs may hold, and what
+# refimpl.interop.pyg_module reads back from a module's attributes (all but bias, which PyG
+# keeps no flag for).
+PYG_ARGUMENTS = {
     "GATConv": (
         "in_channels out_channels heads concat negative_slope dropout add_self_loops edge_dim "
         "fill_value bias residual"
@@ -148,11 +152,11 @@ def layer_from_config(config: dict[str, Any]) -> GATConv | TransformerConv:
             raise CrosscheckError(f"cannot build our {name} from {kwargs}: {err}") from err
     if framework != "pyg":
         raise CrosscheckError(f"framework must be 'pyg' or 'refimpl', got {framework!r}")
-    if name not in _PYG_ARGUMENTS:
+    if name not in PYG_ARGUMENTS:
         raise CrosscheckError(
-            f"PyG layer {name!r} is not supported; supported: {sorted(_PYG_ARGUMENTS)}"
+            f"PyG layer {name!r} is not supported; supported: {sorted(PYG_ARGUMENTS)}"
         )
-    allowed = _PYG_ARGUMENTS[name]
+    allowed = PYG_ARGUMENTS[name]
     unknown = [k for k in kwargs if k not in allowed]
     if unknown:
         key = unknown[0]

@@ -29,19 +29,14 @@ from typing import Any
 import numpy as np
 
 from refimpl.interop.compare import Comparison, host_array
-from refimpl.interop.crosscheck import CrosscheckError, crosscheck_arrays, graph_of
+from refimpl.interop.crosscheck import (
+    PYG_ARGUMENTS,
+    CrosscheckError,
+    crosscheck_arrays,
+    graph_of,
+)
 
 __all__ = ["check_pyg_module", "pyg_config", "pyg_module_arrays"]
-
-# PyG's constructor arguments refimpl reads, per class (the rest must keep their defaults).
-_ARGUMENTS = {
-    "GATConv": ("in_channels", "out_channels", "heads", "concat", "negative_slope", "dropout",
-                "add_self_loops", "edge_dim", "fill_value", "residual"),
-    "GATv2Conv": ("in_channels", "out_channels", "heads", "concat", "negative_slope", "dropout",
-                  "add_self_loops", "share_weights", "edge_dim", "fill_value", "residual"),
-    "TransformerConv": ("in_channels", "out_channels", "heads", "concat", "beta", "dropout",
-                        "edge_dim", "root_weight"),
-}  # fmt: skip
 
 
 def pyg_config(module: Any) -> dict[str, Any]:
@@ -63,13 +58,13 @@ def pyg_config(module: Any) -> dict[str, Any]:
     from torch_geometric import nn as pyg_nn
 
     name = next(
-        (n for n in _ARGUMENTS if isinstance(module, getattr(pyg_nn, n))),
+        (n for n in PYG_ARGUMENTS if isinstance(module, getattr(pyg_nn, n))),
         None,
     )
     if name is None:
         raise CrosscheckError(
             f"{type(module).__name__} is not a PyG layer refimpl checks; supported: "
-            f"{sorted(_ARGUMENTS)}"
+            f"{sorted(PYG_ARGUMENTS)}"
         )
     for option, defaults in (("aggr", ("add", "sum")), ("flow", ("source_to_target",))):
         value = getattr(module, option, defaults[0])  # MessagePassing's, not the layer's
@@ -78,7 +73,8 @@ def pyg_config(module: Any) -> dict[str, Any]:
                 f"{name} has {option}={value!r}: refimpl's layers use PyG's default "
                 f"{option}={defaults[0]!r}"
             )
-    kwargs = {key: getattr(module, key) for key in _ARGUMENTS[name]}
+    # the crosscheck's arguments, read back; bias (no attribute in PyG) below
+    kwargs = {key: getattr(module, key) for key in PYG_ARGUMENTS[name] if key != "bias"}
     if not isinstance(kwargs["in_channels"], int):  # bipartite: (F_src, F_dst), as a list
         kwargs["in_channels"] = list(kwargs["in_channels"])
     with_bias = module.lin_key.bias if name == "TransformerConv" else module.bias

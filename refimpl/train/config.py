@@ -272,6 +272,9 @@ class GraphRunResult:
     model_state : dict of str to array, default empty
         The final state beside them (BatchNorm's running statistics); empty for a model
         without state.
+    unscored : dict of str to str, default empty
+        Why a split's metric is NaN every epoch, by split (``"val"``, ``"test"``): no graph,
+        or a ROC-AUC undefined on its labels. :meth:`as_dict` leaves it out when empty.
     """
 
     seed: int
@@ -283,6 +286,10 @@ class GraphRunResult:
     final_train_loss: float
     params: dict[str, Any] = field(repr=False)
     model_state: dict[str, Any] = field(default_factory=dict, repr=False)
+    unscored: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if k not in ("params", "model_state")}
+        """The summary written to ``summary.json``: every field but the arrays, and
+        ``unscored`` only when a split is."""
+        left_out = ("params", "model_state") + (() if self.unscored else ("unscored",))
+        return {k: v for k, v in asdict(self).items() if k not in left_out}

@@ -19,8 +19,9 @@ One epoch:
        flips, no dropout): the mean absolute error for regression, the macro
        ROC-AUC for multi-label targets (each task over its observed labels, OGB's rule)
     4. model selection at the best validation metric (lowest MAE, highest AUC;
-       the first on ties), reporting the test metric there; without validation
-       graphs, the last epoch (as the node-level loop does)
+       the first on ties), reporting the test metric there; without a validation
+       metric (no validation graph, or multi-label labels that leave the ROC-AUC
+       undefined there, NaN every epoch), the last epoch (as the node-level loop does)
     5. one JSON line in ``log.jsonl``; a checkpoint every ``checkpoint_every``
 
 Determinism: parameters from ``default_rng([seed, 0])``; the permutations,
@@ -156,6 +157,28 @@ def _evaluate(
     return float(np.abs(out - y).mean())
 
 
+def _unscored(evaluated: dict[str, GraphDataset], multi_label: bool) -> dict[str, str]:
+    """Why each of the ``evaluated`` splits that cannot be scored has no metric, by name.
+
+    A split cannot be scored when it holds no graph or, for multi-label targets, when the
+    macro ROC-AUC is undefined on it: no observed label, or no task with both a positive and
+    a negative one (OGB's evaluator raises). Its metric is then NaN every epoch, as the
+    node-level loop scores such a split (:func:`refimpl.train.node_data.label_masks`).
+    Known before training, from the labels alone: :func:`refimpl.metrics.roc_auc` on
+    constant scores says whether, and why, as its scores play no part in that.
+    """
+    reasons = {}
+    for name, part in evaluated.items():
+        if not len(part):
+            reasons[name] = "the split holds no graph"
+        elif multi_label:
+            try:  # the labels are checked 0/1 by GraphDataset: only undefinedness is left
+                roc_auc(np.zeros(part.y.shape), part.y, part.y_mask)
+            except ValueError as err:
+                reasons[name] = str(err)
+    return reasons
+
+
 def train_graph_model(
     model: Any,
     train: GraphDataset,
@@ -176,8 +199,11 @@ def train_graph_model(
         ``forward`` and ``backward`` over a batch of graphs, ``pe_dim`` or
         ``lpe_eigenpairs``, ``edge_dim``.
     train, val, test : GraphDataset
-        The splits; ``train`` must hold a graph with an observed label. ``val`` may be
-        empty (the last epoch is then selected).
+        The splits; ``train`` must hold a graph with an observed label. ``val`` and ``test``
+        may hold none, or (multi-label) no task with both a positive and a negative observed
+        label: their metric, undefined, is then NaN (``null`` in ``log.jsonl``), the reason
+        is in ``summary.json``'s ``unscored``, and without a validation metric the last
+        epoch is selected.
     config : GraphTrainConfig
         How to train.
     out_dir : str or pathlib.Path, optional
@@ -243,8 +269,13 @@ def _train(
     model_state = _init_state(model, dtype)  # BatchNorm's running statistics; {} without
     opt_state = optimizer.init(params)
     schedule = config.schedule
-    if getattr(schedule, "needs_metric", False) and not len(val):
-        raise ValueError("ReduceLROnPlateau watches the validation metric: give validation graphs")
+    # refused now, not at the first evaluation: a run that cannot select needs no epochs
+    unscored = _unscored({"val": val, "test": test}, multi_label)
+    if getattr(schedule, "needs_metric", False) and "val" in unscored:
+        raise ValueError(
+            "ReduceLROnPlateau watches the validation metric, which is undefined here "
+            f"({unscored['val']}): give validation graphs it can score"
+        )
     lr_state = None if schedule is None else schedule.init(config.lr)
     rng = np.random.default_rng([config.seed, 1])
     best = {"epoch": -1, "val": math.nan, "test": math.nan}
@@ -303,14 +334,14 @@ def _train(
         train_loss = weighted_loss / counted if counted else math.nan
         # 3-4 evaluate and select
         scores = {
-            name: _evaluate(
+            name: math.nan
+            if name in unscored
+            else _evaluate(
                 model, params, model_state, splits[name], multi_label, config.eval_batch_size, epoch
             )
-            if len(splits[name].dataset)
-            else math.nan
             for name in ("val", "test")
         }
-        if not len(val) or best["epoch"] < 0 or better(scores["val"], best["val"]):
+        if "val" in unscored or best["epoch"] < 0 or better(scores["val"], best["val"]):
             best = {"epoch": epoch, "val": scores["val"], "test": scores["test"]}
         # 5 log and checkpoint
         record = {"epoch": epoch, "train_loss": train_loss, f"val_{metric_name}": scores["val"]}
@@ -320,7 +351,7 @@ def _train(
         record[f"test_{metric_name}"] = scores["test"]
         if out is not None:
             with open(out / "log.jsonl", "a") as stream:
-                stream.write(strict_json(record) + "\n")  # NaN (an empty split) as null
+                stream.write(strict_json(record) + "\n")  # NaN (an unscored split) as null
             last = epoch + 1 == config.epochs  # a finished run can be extended from here
             if config.checkpoint_every and ((epoch + 1) % config.checkpoint_every == 0 or last):
                 saved = {"epoch": epoch + 1, "best": best, "train_loss": train_loss}
@@ -345,6 +376,7 @@ def _train(
         train_loss,
         params,
         model_state,
+        unscored,  # why a metric is NaN: said once for the run, not on every log line
     )
     if out is not None:
         atomic_savez(out / "final.npz", params)

@@ -14,7 +14,9 @@ the grid (``run_one`` resumes its own checkpoint). Where the jobs run:
   ``"local:N"``, a ``LocalCluster`` of N single-threaded worker processes here. Each job
   runs with one BLAS thread (``threadpoolctl``). A worker that dies mid-job loses
   nothing: the scheduler runs its job again elsewhere, and only a finished job's result
-  is written, once.
+  is written, once. Every wait is bounded: a scheduler left without workers for
+  ``worker_timeout`` seconds, a job that killed every worker it ran on, or a lost
+  connection to the scheduler ends the grid in one line, the finished jobs kept.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import contextlib
 import json
 import multiprocessing
 import os
+import queue
 import signal
 import sys
 import time
@@ -43,14 +46,20 @@ __all__ = ["SchedulerUnavailable", "WorkerLost", "dask_client", "run_jobs"]
 
 BLAS_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 CONNECT_SECONDS = 10  # how long a scheduler address is given to answer
+# How long a grid waits on a scheduler that has no worker: Dask's own patience with a silent
+# worker (its worker-ttl), long enough for a worker restarted by its nanny or a batch job's
+# worker still starting, short against a grid's hours. ``--worker-timeout`` sets it.
+WORKER_TIMEOUT_SECONDS = 300.0
+CHECK_SECONDS = 1.0  # how often a waiting grid asks the scheduler for its workers
 
 
 class SchedulerUnavailable(ConnectionError):
-    """No Dask scheduler answered at the address given."""
+    """No Dask scheduler answered at the address given, or the connection to it was lost."""
 
 
 class WorkerLost(OSError):
-    """A job's worker died each time Dask ran the job (out of memory, say)."""
+    """The grid's workers are gone: a worker process of the pool died, a job's worker died
+    each time Dask ran the job (out of memory, say), or the scheduler had no worker left."""
 
 
 @contextlib.contextmanager
@@ -130,28 +139,95 @@ def dask_client(scheduler: str) -> Iterator[Any]:
 
 
 def _completed(
-    run_one: Callable[[dict], dict], todo: list[dict], workers: int, scheduler: str | None
+    run_one: Callable[[dict], dict],
+    todo: list[dict],
+    workers: int,
+    scheduler: str | None,
+    worker_timeout: float,
 ) -> Iterator[dict]:
     """The results of ``todo``'s jobs as they end, wherever the jobs run (module docstring)."""
     if scheduler is not None:
-        with dask_client(scheduler) as client:
-            from distributed import KilledWorker, as_completed  # dask_client checked it is there
-
-            futures = client.map(_OneBlasThread(run_one), todo, pure=False)
-            for future in as_completed(futures):
-                try:
-                    yield future.result()
-                except KilledWorker as err:
-                    raise WorkerLost(
-                        f"a job's worker died each time it ran ({err}); the finished jobs are "
-                        "kept: look at the workers' memory and logs, then rerun to resume"
-                    ) from err
+        yield from _on_dask(run_one, todo, scheduler, worker_timeout)
         return
     if workers <= 1:
         for job in todo:
             yield run_one(job)
         return
     yield from _on_processes(run_one, todo, workers)
+
+
+def _kept(done: int, total: int) -> str:
+    """What a grid ended early keeps, and how to finish it."""
+    return f"{done} of {total} jobs finished and are kept; rerun to finish the rest with --resume"
+
+
+def _on_dask(
+    run_one: Callable[[dict], dict], todo: list[dict], scheduler: str, worker_timeout: float
+) -> Iterator[dict]:
+    """``todo`` on the Dask ``scheduler``, results as the jobs end, every wait bounded.
+
+    ``as_completed`` alone waits forever on a scheduler whose workers are gone (a
+    ``LocalCluster`` whose nannies could not restart them, a cluster's batch jobs ended):
+    the scheduler keeps the jobs queued for workers that never come. So the wait for the
+    next result wakes every :data:`CHECK_SECONDS` to ask the scheduler for its workers, and
+    :class:`WorkerLost` ends the grid once it has had none for ``worker_timeout`` seconds.
+    A job that killed every worker it ran on (Dask's ``KilledWorker``) is a ``WorkerLost``
+    too, and a lost connection to the scheduler (it cancels the jobs) a
+    :class:`SchedulerUnavailable`.
+    """
+    with dask_client(scheduler) as client:
+        from distributed import CancelledError, KilledWorker  # dask_client checked it is there
+
+        finished: queue.SimpleQueue = queue.SimpleQueue()
+        for future in client.map(_OneBlasThread(run_one), todo, pure=False):
+            future.add_done_callback(finished.put)  # also on an error or a cancellation
+        alone_since = None  # when the scheduler was first seen without a worker
+        for done in range(len(todo)):
+            while True:
+                try:
+                    future = finished.get(timeout=min(CHECK_SECONDS, worker_timeout))
+                    break
+                except queue.Empty:
+                    alone_since = _check_workers(
+                        client, scheduler, alone_since, worker_timeout, _kept(done, len(todo))
+                    )
+            try:
+                yield future.result()
+            except KilledWorker as err:
+                raise WorkerLost(
+                    f"a job's worker died each time it ran ({err}): look at the workers' "
+                    f"memory and logs; {_kept(done, len(todo))}"
+                ) from err
+            except CancelledError as err:
+                raise SchedulerUnavailable(
+                    f"the Dask scheduler at {scheduler} cancelled the grid's jobs (the "
+                    f"connection to it was lost, or it was shut down); {_kept(done, len(todo))}"
+                ) from err
+
+
+def _check_workers(
+    client: Any, scheduler: str, alone_since: float | None, worker_timeout: float, kept: str
+) -> float | None:
+    """When the scheduler was first seen without a worker (None: it has one now), or
+    :class:`WorkerLost` once that was ``worker_timeout`` seconds ago."""
+    try:
+        count = len(client.nthreads())  # {worker: threads}: small, in every Dask since 2023.1
+    except OSError as err:  # the connection is gone: the jobs' cancellation follows
+        raise SchedulerUnavailable(
+            f"the Dask scheduler at {scheduler} stopped answering ({type(err).__name__}); {kept}"
+        ) from err
+    if count > 0:
+        return None
+    now = time.monotonic()
+    if alone_since is None:
+        return now
+    if now - alone_since >= worker_timeout:
+        raise WorkerLost(
+            f"the Dask scheduler at {scheduler} has had no worker for {worker_timeout:g} s "
+            f"(they died or were stopped, or never started; --worker-timeout sets the wait): "
+            f"{kept}"
+        )
+    return alone_since
 
 
 def _on_processes(run_one: Callable[[dict], dict], todo: list[dict], workers: int) -> Iterator:
@@ -175,9 +251,8 @@ def _on_processes(run_one: Callable[[dict], dict], todo: list[dict], workers: in
                 result = future.result()
             except BrokenProcessPool as err:
                 raise WorkerLost(
-                    f"a worker process died (killed, or out of memory), and the jobs in flight "
-                    f"with it: {done} of {len(todo)} jobs finished and are kept; rerun to "
-                    "finish the rest"
+                    "a worker process died (killed, or out of memory), and the jobs in flight "
+                    f"with it: {_kept(done, len(todo))}"
                 ) from err
             yield result
         finished = True
@@ -195,13 +270,18 @@ def run_jobs(
     workers: int,
     describe: Callable[[dict], str],
     scheduler: str | None = None,
+    worker_timeout: float = WORKER_TIMEOUT_SECONDS,
 ) -> list[dict]:
     """Run the jobs not finished before; return every job's result (earlier ones read back).
 
     ``run_one`` must be importable by a spawned process (a module-level function, or a
     ``functools.partial`` of one). ``describe(result)`` is the line printed as each run
     ends, after ``[done/total]`` and before its time and the time left at the pace so far.
+    ``worker_timeout``: how many seconds a grid on ``scheduler`` waits while the scheduler
+    has no worker before it ends in :class:`WorkerLost` (> 0).
     """
+    if not worker_timeout > 0:  # also NaN
+        raise ValueError(f"worker_timeout must be a number of seconds > 0, got {worker_timeout}")
     results: dict[str, dict] = {}  # by run_dir
     for job in jobs:
         earlier = _read_result(job)
@@ -211,7 +291,9 @@ def run_jobs(
     where = f"scheduler {scheduler}" if scheduler else f"{workers} worker(s)"
     print(f"{len(jobs)} runs, {len(results)} done before, {len(todo)} to do, {where}", flush=True)
     started = last = time.perf_counter()
-    for done, result in enumerate(_completed(run_one, todo, workers, scheduler), start=1):
+    for done, result in enumerate(
+        _completed(run_one, todo, workers, scheduler, worker_timeout), start=1
+    ):
         _write_result(result)
         results[result["run_dir"]] = result
         now = time.perf_counter()
