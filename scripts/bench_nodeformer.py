@@ -35,7 +35,10 @@ during our steps (``/proc/stat``; ``ours_stolen`` in the JSON, None off Linux), 
 on a shared virtual machine wall times swing with it. CPU: our process's CPU time
 per step (user + system over all its threads, the mean over the timed steps;
 ``ours_cpu_s``), which the stolen time is not part of: it moves less than the wall
-time between a busy and a quiet host. Prints a table and the goals (issues 6 and 27):
+time between a busy and a quiet host. Load: the machine's one-minute load average when
+our steps at that N ended (``load``): above the thread count, other work shared the
+cores. The CPU model and the load averages at the start and the end are printed under
+the table. Prints a table and the goals (issues 6 and 27):
 
 1. time is linear: the least-squares log-log slope of ``ours_s`` over the N run
    in ``[1e4, 1e6]`` is at most 1.1;
@@ -52,7 +55,9 @@ features, built in the forward and again in the backward, and the query features
 ``(2 K + 1) m N``) at the rate of one timed ``exp`` over ``(K m, N)``. Both rates are measured
 on at most ``FLOOR_NODES`` nodes and scaled linearly to N, each the fastest of a few timed
 calls (ours is a median, so the multiple errs high). Everything else the step does
-(random features, relational bias, the projections, memory traffic) is above the floor.
+(random features, relational bias, the projections, memory traffic) is above the floor: at
+these widths the projections alone add 43% to the six products' multiply-adds, and all of
+the step's products come to 1.51x theirs (docs/benchmarks.md).
 
 The exit code is 0 whatever the goals give (a benchmark, not a test)::
 
@@ -73,6 +78,8 @@ from typing import TYPE_CHECKING
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # scripts/: shared helpers
 from bench_common import (
     cpu_jiffies,
+    machine,
+    machine_line,
     median_seconds,
     process_cpu_seconds,
     reset_peak_rss,
@@ -340,22 +347,23 @@ def main(argv: list[str] | None = None) -> list[dict]:
         parser.error("--sizes must be positive")
     itemsize = 4 if args.dtype == "float32" else 8
 
-    records = []
+    records, ran_on = [], machine()
     print(
         f"NodeFormerConv d={CHANNELS}, m={FEATURES}, K={SAMPLES}, 1 head, Gumbel training, "
         f"sigmoid relational bias (order 1), E = {DEGREE} N; {args.dtype}, {args.threads} threads"
     )
     with_torch = not args.no_torch and _torch_available()
     print(
-        f"{'N':>9} {'ours s':>9} {'CPU s':>9} {'stolen':>7} {'ours MB':>9} {'exact s':>9} "
-        f"{'exact MB':>9} {'ratio':>7} {'torch s':>9} {'torch MB':>9} {'/torch':>7} {'MB /t':>6} "
-        f"{'floor s':>9} {'x floor':>7} {'GFLOP/s':>8}"
+        f"{'N':>9} {'ours s':>9} {'CPU s':>9} {'stolen':>7} {'load':>5} {'ours MB':>9} "
+        f"{'exact s':>9} {'exact MB':>9} {'ratio':>7} {'torch s':>9} {'torch MB':>9} {'/torch':>7} "
+        f"{'MB /t':>6} {'floor s':>9} {'x floor':>7} {'GFLOP/s':>8}"
     )
     torch_per_node_mb = None  # the largest torch run's peak per node, for the estimate
     for n in sizes:
         ours = _child("ours", n, args.dtype, args.threads)
         record = {"n": n, "ours_s": ours["s"], "ours_peak_mb": ours["peak_mb"]}
         record.update(ours_cpu_s=ours["cpu_s"], ours_stolen=ours["stolen"])
+        record.update(load=os.getloadavg()[0])
         record.update(torch_s=None, torch_peak_mb=None)
         floor = _child("floor", n, args.dtype, args.threads)
         record.update(floor_s=floor["s"], floor_gemm_gflops=floor["gemm_gflops"])
@@ -384,7 +392,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         records.append(record)
         stolen = "?" if ours["stolen"] is None else f"{100 * ours['stolen']:.0f}%"
         print(
-            f"{n:>9} {ours['s']:>9.4f} {ours['cpu_s']:>9.4f} {stolen:>7} "
+            f"{n:>9} {ours['s']:>9.4f} {ours['cpu_s']:>9.4f} {stolen:>7} {record['load']:>5.2f} "
             f"{ours['peak_mb']:>9.0f} {tail} {torch_text} {floor_text}",
             flush=True,
         )
@@ -395,6 +403,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         "stolen: share of the machine's CPU time the hypervisor took during our steps "
         "(/proc/stat; wall times swing with it on a shared host); "
         "CPU s: our process's CPU time per step, all threads (stolen time is not in it); "
+        "load: the one-minute load average as our steps ended; "
         "MB: peak RSS above the inputs; "
         f"ratio = exact / ours; exact skipped where N^2 * {itemsize} B * {EXACT_ARRAYS} > 8 GB; "
         "/torch and MB /t: ours over torch (time, peak memory), torch skipped where its "
@@ -403,6 +412,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         f"rates, timed here on min(N, {FLOOR_NODES:,}) nodes (GFLOP/s: the product's); "
         "x floor = ours / floor"
     )
+    ran_on["load_end"] = os.getloadavg()
+    print(machine_line(ran_on))
     for line in goal_lines(records, args.dtype, args.threads):
         print(line)
     if args.json:

@@ -20,8 +20,9 @@ The step's one sync is the read of :mod:`refimpl.kernels.finite`: one kernel che
 the step queued and gathers the loss and Adam's flag (a non-finite entry, and whether any
 parameter changed: the optimiser-froze guard), one transfer. The 4 copies are the dropout
 masks, drawn on the host so one seed gives one run on every backend (docs/design.md,
-Randomness). NodeFormer's other syncs are its row blocks' (``kernel_attention.py``) and the
-``float`` of its auxiliary loss.
+Randomness); NodeFormer's 4 are its host-drawn projections and Gumbel noise. NodeFormer made 10
+syncs a step until its row blocks' denominator checks (``kernel_attention.py``) and its auxiliary
+loss joined the step's read.
 
 gat-a with the fused path (inside ``fused_kernels()``: :mod:`refimpl.nn.gat.fused_path` for
 score, softmax, dropout and aggregation in one kernel forward and two backward, the score
@@ -58,7 +59,7 @@ BUDGETS = {
     "gat-a-fused": (39, 1, 4),  # the issue's goal: 40 launches, 1 sync
     "gat-c": (682, 1, 0),
     "gat-c-fused": (123, 1, 0),  # GATv2's kernels (refimpl.nn.gat.fused_path_v2)
-    "nodeformer": (1192, 10, 4),
+    "nodeformer": (1168, 1, 4),
 }
 
 
@@ -215,3 +216,39 @@ def test_dropout_forward_unchecked_is_forward_without_the_pass_over_x() -> None:
     x[0, 0] = np.nan  # the caller's check would have refused it; this one does not look
     y, _ = Dropout(0.5).forward_unchecked({}, x, training=True, rng=np.random.default_rng(6))
     np.testing.assert_array_equal(y[1:], checked[1:])
+
+
+@pytest.mark.parametrize("backend", ["numpy", "strict"])
+def test_a_deferred_nodeformer_step_reads_its_edge_loss_with_the_rest(backend: str) -> None:
+    # NodeFormer's auxiliary loss lambda L_e was read by float() in the middle of the step:
+    # one more sync than the step's read. It is now a value of that read, and the step's
+    # losses and parameters must stay the checked step's bit for bit.
+    def run(backend: str, deferred: bool) -> tuple:
+        rng = np.random.default_rng(7)
+        graph = Graph(rng.integers(0, 30, (2, 90)), 30)
+        x, y = rng.standard_normal((30, 6)), rng.integers(0, 3, 30)
+        model = NodeFormer(6, 8, 3, num_layers=2, heads=2, num_random_features=5)
+        with use_backend(backend):
+            x, y, train = asarray(x), asarray(y), asarray(np.arange(30) < 15)
+            params = model.init_params(np.random.default_rng(0), backend=backend)
+            optimizer, loss = Adam(lr=0.01), SoftmaxCrossEntropy()
+            state, noise = optimizer.init(params), np.random.default_rng(1)
+            data = (x, y, loss.select(y, train, 3, x.dtype), graph)
+            losses = []
+            for epoch in range(2):
+                step = (model, params, state, optimizer, None, data, loss, epoch, noise)
+                with count_launches() as counts:
+                    run_step = lambda step=step: node_step(*step)  # noqa: E731
+                    result = deferred_step(run_step, noise) if deferred else run_step()
+                total, auxiliary, _, (params, state) = result
+                losses.append((total, auxiliary))
+        host = {k: np.asarray(asarray(v, backend="numpy")) for k, v in params.items()}
+        return losses, host, counts.syncs
+
+    expected, expected_params, _ = run("numpy", deferred=False)
+    got, got_params, syncs = run(backend, deferred=True)
+    assert all(auxiliary > 0 for _, auxiliary in expected)  # the edge loss is in play
+    assert got == expected and all(isinstance(a, float) for pair in got for a in pair)
+    for name in expected_params:
+        np.testing.assert_array_equal(got_params[name], expected_params[name], err_msg=name)
+    assert syncs == (1 if backend == "strict" else 0)

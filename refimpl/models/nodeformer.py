@@ -234,9 +234,12 @@ class NodeFormer:
 
     def auxiliary_loss(self, cache: NodeFormerModelCache) -> float:
         """``lambda L_e`` of the forward that returned ``cache`` (0 where not computed)."""
-        if cache.edge_loss is None:
-            return 0.0
-        return self.edge_loss_weight * float(cache.edge_loss)
+        parts = self.auxiliary_loss_parts(cache)
+        return 0.0 if parts is None else parts[0] * float(parts[1])
+
+    def auxiliary_loss_parts(self, cache: NodeFormerModelCache) -> tuple[float, Any] | None:
+        """``(lambda, L_e)``, ``L_e`` 0-d on the model's backend, unread (None if not computed)."""
+        return None if cache.edge_loss is None else (self.edge_loss_weight, cache.edge_loss)
 
     # -- forward -----------------------------------------------------------------------
     def forward(

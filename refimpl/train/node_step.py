@@ -5,8 +5,9 @@ optimiser's update.
 :func:`node_step` runs inside :func:`refimpl.train.guards.deferred_step`, so on a device every
 finiteness check of the step, the loss and the optimiser's flag are read once, at its end, in
 one launch and one sync (a failed one reruns the step on the checked path, which raises the
-same error): the loss it returns is then a :class:`refimpl.train.guards.DeferredRead` that
-``deferred_step`` replaces by the float.
+same error): the loss it returns (and a model's auxiliary loss, where the model gives its
+parts) is then a :class:`refimpl.train.guards.DeferredRead` that ``deferred_step`` replaces
+by the float.
 """
 
 from __future__ import annotations
@@ -69,14 +70,16 @@ def node_gradients(
             f"epoch {epoch}: the logits (output of layer{last}) became non-finite"
         )
     loss, loss_cache = loss_block.forward({}, logits, y, train_mask)
-    auxiliary_loss = getattr(model, "auxiliary_loss", None)
-    auxiliary = auxiliary_loss(cache) if auxiliary_loss is not None else 0.0
+    deferred = get_array_module(logits) is not np and bool(finite_queues())  # read at the end
+    auxiliary = _auxiliary(model, cache, deferred)
     d_logits, _ = loss_block.backward({}, loss_cache, 1.0)
     grads = checked_backward(model, params, cache, d_logits, epoch)
-    if get_array_module(logits) is not np and finite_queues():  # deferred: read at the end
+    if deferred:
 
-        def train_loss(values: np.ndarray) -> float:
-            return float(values[0]) + auxiliary  # as float(loss) + auxiliary
+        def train_loss(values: np.ndarray) -> float:  # as float(loss) + auxiliary
+            if isinstance(auxiliary, DeferredRead):  # read with the loss: values set together
+                return float(values[0]) + auxiliary.result(auxiliary.values)
+            return float(values[0]) + auxiliary
 
         def passes(values: np.ndarray) -> bool:  # else the checked rerun weighs the loss
             return loss_passes_at_once(train_loss(values))  # against its reference
@@ -87,3 +90,16 @@ def node_gradients(
     zero_output = loss_of_zero_output(loss_block, logits, y, train_mask)
     check_gradients(train_loss, grads, epoch, zero_output)
     return train_loss, auxiliary, grads
+
+
+def _auxiliary(model: Any, cache: Any, deferred: bool) -> float | DeferredRead:
+    """The model's auxiliary loss (0 without one); in a deferred step, where the model gives
+    its parts (``auxiliary_loss_parts``: a weight and an unread array), a queued
+    :class:`DeferredRead` whose result is the same float, ``weight * float(array)``."""
+    parts_of = getattr(model, "auxiliary_loss_parts", None)
+    parts = parts_of(cache) if deferred and parts_of is not None else None
+    if parts is not None:
+        weight, array = parts
+        return DeferredRead(array, lambda values: True, lambda v: weight * float(v[0])).queue()
+    auxiliary_loss = getattr(model, "auxiliary_loss", None)
+    return auxiliary_loss(cache) if auxiliary_loss is not None else 0.0

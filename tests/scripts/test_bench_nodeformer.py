@@ -34,6 +34,7 @@ def test_tiny_sweep_writes_one_record_per_n(bench, tmp_path, capsys):
             "ours_cpu_s",
             "ours_peak_mb",
             "ours_stolen",
+            "load",
             "exact_s",
             "exact_peak_mb",
             "torch_s",
@@ -47,6 +48,7 @@ def test_tiny_sweep_writes_one_record_per_n(bench, tmp_path, capsys):
             assert record["torch_s"] > 0 and record["torch_peak_mb"] >= 0
         assert record["ours_stolen"] is None or 0.0 <= record["ours_stolen"] <= 1.0
         assert isinstance(record["n"], int)
+        assert isinstance(record["load"], float) and record["load"] >= 0
         for key in ("ours_s", "exact_s", "floor_s", "floor_gemm_gflops"):
             assert isinstance(record[key], float) and record[key] > 0
         # the process's CPU time is counted in clock ticks (10 ms): seven steps of a few ms at
@@ -60,6 +62,7 @@ def test_tiny_sweep_writes_one_record_per_n(bench, tmp_path, capsys):
     assert printed.count("not measured") == 5
     for number in (1, 2, 3, 4, 5):
         assert f"goal {number} (" in printed
+    assert "machine: " in printed and " at the end" in printed  # CPU model and load, issue 38
 
 
 def test_exact_is_skipped_beyond_its_memory_limit(bench):

@@ -59,7 +59,9 @@ Edge semantics
   ``eps`` is added (the authors add ``1e-6`` to every feature, which does not
   cancel). A denominator that underflows to 0 (features of ``q_u`` and of the
   keys peaking on different rows of ``omega`` at very large ``||q|| / sqrt(tau)``)
-  or any non-finite one raises :class:`~refimpl.validation.NonFiniteError`.
+  or any non-finite one raises :class:`~refimpl.validation.NonFiniteError`. Inside a device
+  training step (:func:`~refimpl.train.guards.deferred_step`) the check is queued for the
+  step's one read instead (no sync); a bad denominator reruns the step checked, which raises.
 * The random features are noise: ``omega`` and ``gumbel`` get no gradient.
 
 Parity with the authors' ``kernelized_softmax`` / ``kernelized_gumbel_softmax``
@@ -77,6 +79,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from refimpl.backend import get_array_module
 from refimpl.fields import check_nonnegative_number
 from refimpl.kernels.parallel import map_blocks, row_blocks, sum_in_order
@@ -84,7 +88,7 @@ from refimpl.nn.nodeformer.all_pair_softmax import check_attention_inputs
 from refimpl.nn.nodeformer.kernel_attention_cache import KernelizedSoftmaxCache
 from refimpl.nn.nodeformer.random_features import feature_exponent, feature_exponent_backward
 from refimpl.ops.linear import with_ones
-from refimpl.validation import NonFiniteError, check_cotangent
+from refimpl.validation import NonFiniteError, all_finite, check_cotangent, finite_queues
 
 __all__ = ["KernelizedSoftmax", "KernelizedSoftmaxCache"]
 
@@ -203,13 +207,15 @@ class KernelizedSoftmax:
         denominators = xp.empty((samples, n), dtype=dtype)
         coefficients = xp.empty((samples, n), dtype=dtype)
         z = xp.empty((n, v.shape[1]), dtype=dtype) if out is None else out
+        # a device training step defers its checks to one read at its end (finite_queues)
+        deferred = xp is not np and bool(finite_queues())
 
         def output_block(j: int) -> bool:
             rows = blocks[j]
             features = _columns(query_features, rows)  # (m, B)
             # F9 denominators O_s phi_q: (K, m) @ (m, B) -> (K, B)  (line 8)
             denominators[:, rows] = den = k_sum @ features
-            if not bool(xp.all(xp.isfinite(den) & (den > 0))):
+            if not deferred and not bool(xp.all(xp.isfinite(den) & (den > 0))):
                 return False
             # F10 Z_u = sum_s phi_q[u] U_s / (K den_su): normalise each sample, average (line
             #     8); one product over the stacked samples, (B, K m) @ (K m, d_v) -> (B, d_v)
@@ -219,6 +225,10 @@ class KernelizedSoftmax:
 
         if not all(map_blocks(output_block, len(blocks))):
             raise NonFiniteError(_denominator_message(self, denominators))
+        if deferred:
+            # F9's check queued, not read (no sync): log(den) is finite exactly where den is
+            # finite and > 0; a bad one reruns the step checked, which raises the error above
+            all_finite(xp.log(denominators))
         cache = KernelizedSoftmaxCache(
             q,
             k,
@@ -369,6 +379,8 @@ def _exp_floored(exponent: Any, floor: Any) -> Any:
     if floor is None:
         return xp.exp(exponent, out=exponent)
     cut, floor_value = floor
+    if xp is np:  # a row of cuts: NumPy's maximum against a scalar is slower (benchmark docs)
+        cut = np.full(exponent.shape[-1], cut, dtype=exponent.dtype)
     xp.maximum(exponent, cut, out=exponent)
     xp.exp(exponent, out=exponent)
     return xp.subtract(exponent, floor_value, out=exponent)

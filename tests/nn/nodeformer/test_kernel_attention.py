@@ -15,14 +15,16 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from refimpl.backend import asarray, backend_name, get_array_module, to_numpy
+from refimpl.backend import asarray, backend_name, get_array_module, to_numpy, use_backend
 from refimpl.nn.nodeformer import kernel_attention
 from refimpl.nn.nodeformer.all_pair_softmax import AllPairSoftmax
 from refimpl.nn.nodeformer.kernel_attention import KernelizedSoftmax
 from refimpl.nn.nodeformer.random_features import draw_projection
 from refimpl.testing import check_gradients, max_relative_error, relative_errors
 from refimpl.testing.strategies import seeds
+from refimpl.testing.strict import count_launches
 from refimpl.testing.tolerances import FORWARD_RTOL, GRADCHECK_RTOL
+from refimpl.train.guards import deferred_step
 from refimpl.validation import NonFiniteError
 from tests.backends import DEVICE_BACKENDS
 
@@ -252,6 +254,45 @@ def test_denominator_underflow_is_a_clear_error() -> None:
         KernelizedSoftmax(1.0).forward({}, q, k, v, omega)
 
 
+def _underflowing_inputs(backend: str) -> tuple:
+    """q, k, v, omega whose one denominator underflows to 0 (see the test above)."""
+    arrays = (np.array([[400.0]]), np.array([[-400.0]]), np.array([[1.0]]))
+    return (
+        *(asarray(a, backend=backend) for a in arrays),
+        asarray([[1.0], [-1.0]], backend=backend),
+    )
+
+
+@pytest.mark.parametrize("bad", [False, True])
+def test_a_deferred_device_step_queues_the_denominator_check_and_a_bad_one_reruns_it(
+    bad: bool,
+) -> None:
+    # Inside a device training step (deferred_step) the denominators are queued for the step's
+    # one read instead of read block by block (a sync each); a bad one must still end in the
+    # checked path's error, by the rerun.
+    if bad:
+        q, k, v, omega = _underflowing_inputs("strict")
+    else:
+        q, k, v, omega, _ = make_setup(2, n=9, samples=3)
+        q, k, v, omega = (asarray(a, backend="strict") for a in (q, k, v, omega))
+    calls = []
+
+    def step() -> Any:
+        calls.append(1)
+        return KernelizedSoftmax(1.0).forward({}, q, k, v, omega)[0]
+
+    with use_backend("strict"), np.errstate(under="ignore", divide="ignore", invalid="ignore"):
+        with count_launches() as counts, contextlib.ExitStack() as stack:
+            if bad:
+                stack.enter_context(pytest.raises(NonFiniteError, match="raise tau"))
+            z = deferred_step(step)
+    assert len(calls) == (2 if bad else 1)  # a bad read reruns the step on the checked path
+    if not bad:
+        assert counts.syncs == 1  # the step's one read, no read of the block's own
+        expected = KernelizedSoftmax(1.0).forward({}, *(to_numpy(a) for a in (q, k, v, omega)))
+        np.testing.assert_array_equal(to_numpy(z), expected[0])
+
+
 def test_exact_scores_overflow_is_a_clear_error() -> None:
     q = np.full((2, 1), 1e200)
     with np.errstate(over="ignore"), pytest.raises(NonFiniteError, match="raise tau"):
@@ -278,6 +319,20 @@ def test_features_below_the_floor_are_exact_zeros_and_none_is_subnormal(dtype: t
     # within e^cut of exp, plus exp's own rounding (a few ulps of the result)
     slack = math.exp(cut) + 4 * float(info.eps) * (math.exp(cut) + exact)
     assert np.all(np.abs(features - exact) <= slack)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_floor_is_the_clamped_exp_bit_for_bit_and_keeps_nan(dtype: type) -> None:
+    # The host clamps against a row of cuts (NumPy's maximum with a scalar is slower): it must
+    # give exp(max(a, cut)) - e^cut exactly, on every row width and with NaN kept (the
+    # denominator check must see it), as the scalar clamp did.
+    cut, floor_value = kernel_attention._floor(np, dtype)
+    exponent = np.linspace(2.0 * cut, 1.0, 3 * 7 * 5).astype(dtype).reshape(3, 7, 5)
+    exponent[1, 2, 3] = np.nan
+    expected = np.exp(np.maximum(exponent, cut)) - floor_value
+    found = kernel_attention._exp_floored(exponent.copy(), (cut, floor_value))
+    np.testing.assert_array_equal(found, expected)
+    assert np.isnan(found[1, 2, 3]) and np.sum(found == 0.0) > 10
 
 
 def test_gumbel_keys_at_small_tau_in_float32_keep_no_subnormal() -> None:
