@@ -17,10 +17,11 @@ A GAT step is the training loop's own (:func:`refimpl.train.node_step.node_step`
 :func:`refimpl.train.guards.deferred_step`: forward, cross-entropy on the training rows
 selected once, backward, Adam, every finiteness check read in one sync), timed twice in the
 same call, on the literal path and inside :func:`refimpl.nn.gat.fused_kernels` (the fused
-kernels; CuPy only), beside PyG's step (``bench_gat.py``'s ``pyg_step``). Its dropout masks
-are drawn on the host, as the training loop draws them (one seed gives one run on every
-backend), and copied to the device: gat-a pays that (two masks of its 2708 x 1433 input a
-step), gat-a0 shows the same step without it; PyG draws on the device. A layer case times the
+kernels; CuPy only), beside PyG's step (``bench_gat.py``'s ``pyg_step``). Its masks come
+from the loop's host generator, as in training (one seed gives one run on every backend):
+the feature masks drawn on the device, bitwise the host's draw
+(:mod:`refimpl.kernels.pcg64_draws`), the attention masks (E, H) on the host and copied;
+gat-a0 shows the same step without dropout. PyG draws on the device. A layer case times the
 layer's forward and backward, literal and fused, beside PyG's ``GATConv`` or ``GATv2Conv``,
 with one dropout mask drawn once and given to ours. ``--check-fused`` runs the fused layers
 (GATv1, GATv2 with and without shared weights) on a small graph, float32 and float64, twice:

@@ -18,9 +18,12 @@ strict stand-in, 12 launches a gat-a step, were not counted then).
 
 The step's one sync is the read of :mod:`refimpl.kernels.finite`: one kernel checks every array
 the step queued and gathers the loss and Adam's flag (a non-finite entry, and whether any
-parameter changed: the optimiser-froze guard), one transfer. The 4 copies are the dropout
-masks, drawn on the host so one seed gives one run on every backend (docs/design.md,
-Randomness); NodeFormer's 4 are its host-drawn projections and Gumbel noise. NodeFormer made 10
+parameter changed: the optimiser-froze guard), one transfer. The dense dropout masks are
+drawn on the device, bitwise NumPy's host draw (:mod:`refimpl.kernels.pcg64_draws`; 4 copies
+a gat-a step when they were drawn on the host, 4 launches more now on the literal path and
+none inside ``fused_kernels()``, whose keep-and-scale kernel draws); gat-a-fused's 2 copies
+are GAT's attention masks, still drawn on the host (a draw of their own would be 2 launches,
+past the goal); NodeFormer's 4 are its host-drawn projections and Gumbel noise. NodeFormer made 10
 syncs a step until its row blocks' denominator checks (``kernel_attention.py``) and its auxiliary
 loss joined the step's read.
 
@@ -55,8 +58,8 @@ from refimpl.train.node_step import node_step
 
 # (launches, syncs, copies) at most, per step; the counts reached when these were set.
 BUDGETS = {
-    "gat-a": (165, 1, 4),
-    "gat-a-fused": (39, 1, 4),  # the issue's goal: 40 launches, 1 sync
+    "gat-a": (169, 1, 0),
+    "gat-a-fused": (39, 1, 2),  # the issue's goal: 40 launches, 1 sync
     "gat-c": (682, 1, 0),
     "gat-c-fused": (123, 1, 0),  # GATv2's kernels (refimpl.nn.gat.fused_path_v2)
     "nodeformer": (1168, 1, 4),

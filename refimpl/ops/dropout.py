@@ -14,7 +14,8 @@ from typing import Any, NamedTuple
 
 from refimpl.backend import get_array_module, is_array, is_sparse, sparse_module
 from refimpl.fields import check_bool
-from refimpl.kernels.dropout_fused import keep_and_scale
+from refimpl.kernels.dropout_fused import draw_keep_and_scale, keep_and_scale
+from refimpl.kernels.pcg64_draws import draws_on_device, keep_mask
 from refimpl.ops.fused_switch import runs_fused_kernels
 from refimpl.validation import (
     check_array,
@@ -107,8 +108,11 @@ class Dropout:
             drawn, and ``x``'s values are not inspected.
         rng : numpy.random.Generator or None, default None
             Draws the keep-mask as ``rng.random(x.shape) >= p`` (each entry kept with
-            probability ``1 - p``), moved to ``x``'s backend; CuPy's generator draws on the
-            device.
+            probability ``1 - p``). On a device backend with NumPy's default ``PCG64`` the
+            draw is made on the device, bitwise the host's, and ``rng`` advanced as the host
+            draw advances it (:mod:`refimpl.kernels.pcg64_draws`); another generator draws
+            on the host and the mask is moved to ``x``'s backend; CuPy's generator draws on
+            the device.
         mask : array or None, default None
             The keep-mask itself, ``(*S,)`` bool (True = keep), on ``x``'s backend. Takes
             precedence over ``rng``, which is then not advanced.
@@ -151,13 +155,19 @@ class Dropout:
             check_array(x, "x")
             return x, DropoutCache(None, scale, tuple(x.shape), x.dtype)
         xp = check_input(x) if check_values else check_array(x, "x")
-        # F1 the keep-mask: given, or drawn on the host and moved to x's backend
+        # F1 the keep-mask: given, or rng.random(x.shape) >= p drawn on x's device (bitwise
+        # the host's draw: refimpl.kernels.pcg64_draws), else on the host and moved there
         if mask is not None:
             _check_mask(mask, x)
-        elif rng is not None:
-            mask = xp.asarray(rng.random(x.shape) >= self.p)  # (*S,) bool
-        else:
+        elif rng is None:
             raise self._no_randomness()
+        elif not draws_on_device(xp, rng, self.p):
+            mask = xp.asarray(rng.random(x.shape) >= self.p)  # (*S,) bool
+        elif runs_fused_kernels(xp):  # F1 and F2 in one kernel
+            y, mask = draw_keep_and_scale(xp, x, rng, self.p, scale)
+            return y, DropoutCache(mask, scale, tuple(x.shape), x.dtype)
+        else:
+            mask = keep_mask(xp, rng, tuple(x.shape), self.p)  # (*S,) bool
         # F2 keep, and scale the kept entries by 1 / (1 - p) so that E[y] = x
         if runs_fused_kernels(xp):  # the two operations below in one kernel
             return keep_and_scale(xp, x, mask, scale), DropoutCache(
