@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import ctypes
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
 
 from refimpl.kernels.adam import BLOCK, AdamScalars, adam_twin, cuda_source
+from tests.kernels.host_build import build
 
 SHIM = """
 #include <cmath>
@@ -43,23 +43,13 @@ C_TYPES = {
 COUNT = 3  # parameters per launch in the built kernel
 
 
-def build(folder, c_type: str, source: str) -> ctypes.CDLL:
-    path = folder / f"adam_{c_type}.cpp"
-    path.write_text(SHIM + source.replace('extern "C" __global__', 'extern "C"'))
-    library = path.with_suffix(".so")
-    subprocess.run(
-        ["g++", "-O1", "-shared", "-fPIC", "-ffp-contract=off", "-o", str(library), str(path)],
-        check=True,
-    )
-    return ctypes.CDLL(str(library))
-
-
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> dict:
     if shutil.which("g++") is None:
         pytest.skip("g++ is not installed: the kernel's source cannot be built on the CPU")
     folder = tmp_path_factory.mktemp("adam_host")
-    return {dtype: build(folder, c, cuda_source(c, COUNT)) for dtype, (c, _) in C_TYPES.items()}
+    sources = {dtype: (f"adam_{c}", cuda_source(c, COUNT)) for dtype, (c, _) in C_TYPES.items()}
+    return {dtype: build(folder, stem, SHIM, source) for dtype, (stem, source) in sources.items()}
 
 
 def launch(library: ctypes.CDLL, dtype: np.dtype, arrays: list, scalars: AdamScalars) -> tuple:
@@ -120,7 +110,7 @@ def test_a_kernel_that_misplaces_an_entry_is_caught(built, tmp_path):
     scalars = AdamScalars(0.0, 0.1, 0.9, 0.999, 1e-3, 0.03, 1e-8, -5e-3, False, True)
     source = cuda_source("double", COUNT)
     assert source.count("w_new0[i]") == 1
-    misplaced = build(tmp_path, "double", source.replace("w_new0[i]", "w_new1[i]"))
+    misplaced = build(tmp_path, "misplaced", SHIM, source.replace("w_new0[i]", "w_new1[i]"))
     expected = adam_twin(*arrays, *scalars, np.zeros(1, np.int32))[0]
     right = launch(built[dtype], dtype, arrays, scalars)[0]
     wrong = launch(misplaced, dtype, arrays, scalars)[0]

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import ctypes
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
 
 from refimpl.kernels.dropout_fused import DRAW_SOURCE, keep_and_scale_twin
 from refimpl.kernels.pcg64_draws import BLOCK, SOURCE, Draws, take_draws
+from tests.kernels.host_build import build
 from tests.kernels.test_pcg64_draws import on_grid
 
 SHIM = """
@@ -39,17 +39,6 @@ extern "C" void refimpl_set_thread(unsigned block, unsigned thread, unsigned thr
 MULT_HALVES = ("0x2360ED051FC65DA4ULL", "0x4385DF649FCCF645ULL")
 
 
-def build(folder, stem: str, source: str) -> ctypes.CDLL:
-    path = folder / f"{stem}.cpp"
-    path.write_text(SHIM + source.replace('extern "C" __global__', 'extern "C"'))
-    library = path.with_suffix(".so")
-    subprocess.run(
-        ["g++", "-O1", "-shared", "-fPIC", "-ffp-contract=off", "-o", str(library), str(path)],
-        check=True,
-    )
-    return ctypes.CDLL(str(library))
-
-
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
     if shutil.which("g++") is None:
@@ -59,7 +48,7 @@ def folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def keep_kernel(folder) -> ctypes.CDLL:
-    return build(folder, "pcg64_keep", SOURCE)
+    return build(folder, "pcg64_keep", SHIM, SOURCE)
 
 
 def launch(library: ctypes.CDLL, name: str, draws: Draws, p: float, *tail: np.ndarray) -> None:
@@ -113,7 +102,9 @@ def test_the_built_kernel_is_numpys_draw(keep_kernel, n, blocks, p, buffered):
 @pytest.mark.parametrize(("dtype", "c_type"), [(np.float32, "float"), (np.float64, "double")])
 @pytest.mark.parametrize("blocks", [1, 3])
 def test_the_built_fused_draw_is_numpys_draw_kept_and_scaled(folder, dtype, c_type, blocks):
-    library = build(folder, f"dropout_draw_{c_type}", f"#define REFIMPL_T {c_type}\n{DRAW_SOURCE}")
+    library = build(
+        folder, f"dropout_draw_{c_type}", SHIM, f"#define REFIMPL_T {c_type}\n{DRAW_SOURCE}"
+    )
     n, p = 5 * BLOCK + 3, 0.6
     draws, u = host_draw(blocks, n, buffered=False)
     draws = on_grid(draws, blocks)
@@ -130,7 +121,9 @@ def test_a_wrong_multiplier_in_the_source_is_caught(folder, keep_kernel):
     # The comparison must be able to fail: another odd multiplier (its low half + 2) in K1's
     # jump gives another draw.
     assert SOURCE.count(MULT_HALVES[1]) == 1
-    wrong = build(folder, "wrong_mult", SOURCE.replace(MULT_HALVES[1], "0x4385DF649FCCF647ULL"))
+    wrong = build(
+        folder, "wrong_mult", SHIM, SOURCE.replace(MULT_HALVES[1], "0x4385DF649FCCF647ULL")
+    )
     draws, u = host_draw(0, 2 * BLOCK, buffered=False)
     assert built_keep(keep_kernel, draws, 0.5).tobytes() == (u >= 0.5).tobytes()
     assert built_keep(wrong, draws, 0.5).tobytes() != (u >= 0.5).tobytes()
@@ -140,7 +133,7 @@ def test_an_off_by_one_jump_in_the_source_is_caught(folder):
     # Entry i is the output after i + 1 steps; a kernel that jumps i steps draws the host's
     # doubles shifted by one (entry 0 from the state before any step).
     assert SOURCE.count("t + 1)") == 1
-    early = build(folder, "off_by_one", SOURCE.replace("t + 1)", "t)"))
+    early = build(folder, "off_by_one", SHIM, SOURCE.replace("t + 1)", "t)"))
     draws, u = host_draw(1, 300, buffered=False)
     before = np.random.default_rng(1)
     before.bit_generator.advance(-1)  # one step back: its first double is the state's own
