@@ -26,7 +26,7 @@ from refimpl.kernels import gat_fused_twin
 from refimpl.models import GAT
 from refimpl.nn.gat import fused_kernels
 from refimpl.nn.gat.conv import GATConv
-from refimpl.nn.gat.fused_path import FusedELU, FusedScoreCache
+from refimpl.nn.gat.fused_path import FusedELU, FusedScoreCache, FusedV2ScoreCache
 from refimpl.ops.activations import ELU
 from refimpl.testing.strategies import graphs, seeds
 from refimpl.testing.strict import count_launches
@@ -136,11 +136,18 @@ def test_a_given_mask_is_used_and_a_wrong_one_refused_in_one_line():
                 layer.forward(params, x, graph, training=True)
 
 
-FALLBACKS = {  # GATv1 layers the kernels do not cover (GATv2's: test_fused_path_v2.py)
-    "LipschitzNorm": (GATConv(3, 2, lipschitz_norm="paper"), None),
-    "edge features": (GATConv(3, 2, edge_dim=2), "edge_attr"),
-    "bipartite": (GATConv((3, 3), 2), "pair"),
-    "a pair into one in_channels": (GATConv(3, 2), "pair"),
+FALLBACKS = {  # layers the kernels do not cover, GATv1 and GATv2: (layer, its input)
+    **{
+        f"{version} {name}": (GATConv(*args, version=version, **options), extra)
+        for version in ("v1", "v2")
+        for name, (args, options, extra) in {
+            "LipschitzNorm": ((3, 2), {"lipschitz_norm": "paper"}, None),
+            "edge features": ((3, 2), {"edge_dim": 2}, "edge_attr"),
+            "bipartite": (((3, 3), 2), {}, "pair"),
+            "a pair into one in_channels": ((3, 2), {}, "pair"),
+        }.items()
+    },
+    "v2 shared, a pair": (GATConv(3, 2, version="v2", share_weights=True), "pair"),
 }
 
 
@@ -158,7 +165,7 @@ def test_a_layer_the_kernels_do_not_cover_runs_its_literal_path_inside_the_block
         expected, _ = layer.forward(params, x, graph, edge_attr)
         with fused_kernels():
             out, cache = layer.forward(params, x, graph, edge_attr)
-    assert not isinstance(cache.score, FusedScoreCache)
+    assert not isinstance(cache.score, (FusedScoreCache, FusedV2ScoreCache))
     assert_bitwise_equal(to_numpy(out), to_numpy(expected))
 
 

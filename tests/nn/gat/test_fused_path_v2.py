@@ -137,32 +137,6 @@ def test_a_fused_v2_layer_matches_the_literal_layer(
             assert_within(fused_grads[name], value, bounds[name], name)
 
 
-FALLBACKS = {  # GATv2 layers the kernels do not cover: (layer, its input)
-    "LipschitzNorm": (GATConv(3, 2, version="v2", lipschitz_norm="paper"), None),
-    "edge features": (GATConv(3, 2, version="v2", edge_dim=2), "edge_attr"),
-    "bipartite": (GATConv((3, 3), 2, version="v2"), "pair"),
-    "a pair into one in_channels": (GATConv(3, 2, version="v2", share_weights=True), "pair"),
-}
-
-
-@pytest.mark.parametrize("name", list(FALLBACKS))
-def test_a_v2_layer_the_kernels_do_not_cover_runs_its_literal_path_inside_the_block(name):
-    layer, extra = FALLBACKS[name]
-    pair = extra == "pair"
-    graph = Graph(np.array([[0, 1, 2], [1, 2, 0]]), 3, num_dst_nodes=3 if pair else None)
-    rng = np.random.default_rng(0)
-    with use_backend("strict"):
-        params = layer.init_params(rng, backend="strict")
-        x = asarray(rng.standard_normal((3, 3)))
-        x = (x, asarray(rng.standard_normal((3, 3)))) if pair else x
-        edge_attr = asarray(rng.standard_normal((3, 2))) if extra == "edge_attr" else None
-        expected, _ = layer.forward(params, x, graph, edge_attr)
-        with fused_kernels():
-            out, cache = layer.forward(params, x, graph, edge_attr)
-    assert not isinstance(cache.score, FusedV2ScoreCache)
-    assert_bitwise_equal(to_numpy(out), to_numpy(expected))
-
-
 @pytest.mark.parametrize("share", [False, True])
 def test_the_fused_v2_backward_matches_central_differences(share):
     # float64 on the strict stand-in inside the block: every forward the differences take runs
