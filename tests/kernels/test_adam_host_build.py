@@ -116,3 +116,51 @@ def test_a_kernel_that_misplaces_an_entry_is_caught(built, tmp_path):
     wrong = launch(misplaced, dtype, arrays, scalars)[0]
     np.testing.assert_array_equal(right[0], expected[0])
     assert not np.array_equal(wrong[0], expected[0])
+
+
+def as_ctypes(argument: object) -> object:
+    """A kernel argument as CuPy hands it to the device: an array's pointer, a NumPy scalar's
+    C value (the exact C type, as CuPy maps it); anything else is refused."""
+    if isinstance(argument, np.ndarray):
+        return argument.ctypes.data_as(ctypes.c_void_p)
+    types = {np.float32: ctypes.c_float, np.float64: ctypes.c_double,
+             np.int32: ctypes.c_int, np.int64: ctypes.c_longlong}  # fmt: skip
+    assert type(argument) in types, f"a kernel argument of type {type(argument).__name__}"
+    return types[type(argument)](argument)
+
+
+@pytest.mark.parametrize("dtype", list(C_TYPES))
+def test_the_launcher_hands_the_built_kernel_what_it_declares(built, dtype, monkeypatch):
+    # The launcher (_launch: the arguments' order, each parameter's size, the grid) runs on
+    # CuPy only, so no CPU test ran it: a mutant that kept only the last parameter's
+    # arguments, or that made the grid a float, survived. Here it runs with NumPy arrays
+    # and the host-built kernel standing in for CuPy's, over every thread of its grid, and
+    # must give the twin's update bit for bit.
+    from refimpl.kernels import adam
+
+    library, c_type = built[dtype], C_TYPES[dtype][0]
+
+    def kernel(grid: tuple, block: tuple, arguments: tuple) -> None:
+        assert all(type(n) is int and n > 0 for n in (*grid, *block)), (grid, block)
+        assert len(arguments) == 11 + 8 * COUNT  # the scalars, the flag, 8 per parameter
+        values = [as_ctypes(argument) for argument in arguments]
+        for b in range(grid[0]):
+            for t in range(block[0]):
+                library.refimpl_set_thread(b, t, block[0])
+                library.refimpl_adam(*values)
+
+    monkeypatch.setattr(
+        adam, "_kernel", lambda c, count: kernel if (c, count) == (c_type, COUNT) else None
+    )
+    rng = np.random.default_rng(5)
+    sizes = (BLOCK + 3, 0, 7)
+    arrays = [[rng.normal(size=n).astype(dtype) for n in sizes] for _ in range(3)]
+    arrays.append([np.abs(rng.normal(size=n)).astype(dtype) for n in sizes])
+    scalars = AdamScalars(5e-4, 0.1, 0.9, 0.999, 1e-3, 0.03, 1e-8, -5e-3, True, True)
+    flag, twin_flag = np.zeros(1, np.int32), np.zeros(1, np.int32)
+    got = adam._launch(np, c_type, arrays, scalars, flag)
+    expected = adam_twin(*arrays, *scalars, twin_flag)
+    for slot, (got_arrays, expected_arrays) in enumerate(zip(got, expected, strict=True)):
+        for k, (g, e) in enumerate(zip(got_arrays, expected_arrays, strict=True)):
+            np.testing.assert_array_equal(g, e, err_msg=f"output {slot}, parameter {k}")
+    assert int(flag[0]) == int(twin_flag[0]) == 2  # every parameter changed, none overflowed
